@@ -1,0 +1,539 @@
+"""The functions of the `clients` namespace: validation at the call site, then descriptors.
+
+Every check (shapes, dtypes, devices, values) happens here, before anything is queued,
+so bad input raises at the line that wrote it and the server never sees it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fusion_server import dtypes as dt
+from fusion_server import opset
+from fusion_server.errors import DeviceError
+from fusion_server.ir import ElementwiseOp, Scalar, TensorIr, ViewOp, contiguous_strides
+
+from .client import FusionClient
+from .devices import Device, client_for
+from .tensor import Tensor
+
+_ids = itertools.count(1)
+_PY_SCALARS = (bool, int, float)
+
+
+# -- helpers --------------------------------------------------------------------------------
+def _new(client: FusionClient, shape: tuple[int, ...], dtype: np.dtype) -> TensorIr:
+    if dtype is dt.float64 and not client.fp64:
+        raise DeviceError(f"device {client.server.info.name!r} has no float64 support")
+    return TensorIr(next(_ids), shape, dtype)
+
+
+_BCAST: dict[tuple, tuple[int, ...]] = {}
+
+
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """numpy's broadcast of `shapes`, or ValueError naming them."""
+    key = shapes
+    out = _BCAST.get(key)
+    if out is not None:
+        return out
+    ndim = max(len(s) for s in shapes)
+    dims = []
+    for axis in range(ndim):
+        size = 1
+        for s in shapes:
+            i = axis - (ndim - len(s))
+            if i < 0:
+                continue
+            d = s[i]
+            if d != 1:
+                if size != 1 and d != size:
+                    raise ValueError(
+                        "shapes " + ", ".join(str(tuple(s)) for s in shapes) + " do not broadcast"
+                    )
+                size = d
+        dims.append(size)
+    out = tuple(dims)
+    if len(_BCAST) < 4096:
+        _BCAST[key] = out
+    return out
+
+
+def _client_of(values: Sequence[Any]) -> FusionClient:
+    client = None
+    for v in values:
+        if type(v) is Tensor:
+            if client is None:
+                client = v._client
+            elif v._client is not client:
+                raise ValueError(
+                    f"tensors on different devices ({client.server.info.name!r} and "
+                    f"{v._client.server.info.name!r}); move one with asarray(x, device=...)"
+                )
+    return client if client is not None else client_for()
+
+
+def _is_scalar(v: Any) -> bool:
+    return isinstance(v, _PY_SCALARS) or isinstance(v, np.generic)
+
+
+def _scalar_dtype(v: Any) -> np.dtype:
+    """The dtype a scalar has on its own (Python bool/int/float: numpy's defaults)."""
+    if isinstance(v, np.generic):
+        return dt.normalize(v.dtype)
+    if isinstance(v, bool):
+        return dt.bool_
+    if isinstance(v, int):
+        return dt.int64
+    if isinstance(v, float):
+        return dt.float64
+    raise TypeError(f"unsupported operand type {type(v).__name__}")
+
+
+def _as_tensor(v: Any, client: FusionClient | None) -> Tensor:
+    if type(v) is Tensor:
+        return v
+    if isinstance(v, (np.ndarray, list, tuple)):
+        return asarray(v, device=None if client is None else Device(client.server.info))
+    raise TypeError(f"unsupported operand type {type(v).__name__}; expected a Tensor or a scalar")
+
+
+def _promote(values: Sequence[Any]) -> np.dtype:
+    """The common dtype of tensors and scalars: numpy's rules, Python scalars weak."""
+    dtype = None
+    for v in values:
+        if type(v) is Tensor:
+            dtype = v.dtype if dtype is None else dt.promote(dtype, v.dtype)
+        elif isinstance(v, np.generic):
+            d = dt.normalize(v.dtype)
+            dtype = d if dtype is None else dt.promote(dtype, d)
+    for v in values:
+        if isinstance(v, _PY_SCALARS) and not isinstance(v, np.generic):
+            dtype = _scalar_dtype(v) if dtype is None else dt.promote_scalar(dtype, v)
+    return dtype
+
+
+def _operand(v: Any, dtype: np.dtype) -> int | Scalar:
+    if type(v) is Tensor:
+        return v._id
+    return Scalar(dt.scalar_value(v, dtype), dtype)
+
+
+_RESOLVED: dict[tuple[str, np.dtype], tuple[np.dtype, np.dtype]] = {}
+
+
+def _resolve(name: str, dtype: np.dtype) -> tuple[np.dtype, np.dtype]:
+    key = (name, dtype)
+    out = _RESOLVED.get(key)
+    if out is None:
+        out = _RESOLVED[key] = opset.resolve(name, (dtype,))
+    return out
+
+
+def _elementwise(name: str, args: Sequence[Any], dtype: np.dtype, compute: np.dtype,
+                 out_dtype: np.dtype, client: FusionClient, shape: tuple[int, ...]) -> Tensor:
+    operands = tuple(_operand(a, dtype) for a in args)
+    out = _new(client, shape, out_dtype)
+    client.register(ElementwiseOp(name, operands, compute, out))
+    return Tensor._make(client, out.id, shape, out_dtype)
+
+
+# -- element-wise ---------------------------------------------------------------------------
+def binary(name: str, a: Any, b: Any) -> Tensor:
+    """Apply binary element-wise op `name` with broadcasting and numpy's promotion."""
+    ta, tb = type(a) is Tensor, type(b) is Tensor
+    if ta and tb:
+        client = a._client
+        if b._client is not client:
+            _client_of((a, b))
+        da, db = a.dtype, b.dtype
+        dtype = da if da is db else dt.promote(da, db)
+        sa, sb = a.shape, b.shape
+        shape = sa if sa == sb else broadcast_shapes(sa, sb)
+        compute, out_dtype = _resolve(name, dtype)
+        out = _new(client, shape, out_dtype)
+        client.register(ElementwiseOp(name, (a._id, b._id), compute, out))
+        return Tensor._make(client, out.id, shape, out_dtype)
+    if ta and _is_scalar(b) or tb and _is_scalar(a):
+        t = a if ta else b
+        dtype = _promote((a, b))
+        compute, out_dtype = _resolve(name, dtype)
+        return _elementwise(name, (a, b), dtype, compute, out_dtype, t._client, t.shape)
+    if not ta and not tb and _is_scalar(a) and _is_scalar(b):
+        raise TypeError(f"{name} needs at least one tensor operand")
+    client = _client_of((a, b))
+    return binary(name, _as_tensor(a, client), _as_tensor(b, client))
+
+
+def unary(name: str, x: Any) -> Tensor:
+    """Apply unary element-wise op `name`."""
+    if type(x) is not Tensor:
+        x = _as_tensor(x, None)
+    compute, out_dtype = _resolve(name, x.dtype)
+    client = x._client
+    out = _new(client, x.shape, out_dtype)
+    client.register(ElementwiseOp(name, (x._id,), compute, out))
+    return Tensor._make(client, out.id, x.shape, out_dtype)
+
+
+def _unary_fn(name: str):
+    def fn(x: Any) -> Tensor:
+        return unary(name, x)
+
+    fn.__name__ = name
+    fn.__doc__ = f"Element-wise {name}, as numpy.{name} (lazy, fusable)."
+    return fn
+
+
+def _binary_fn(name: str):
+    def fn(x1: Any, x2: Any) -> Tensor:
+        return binary(name, x1, x2)
+
+    fn.__name__ = name
+    fn.__doc__ = f"Element-wise {name} with broadcasting, as numpy (lazy, fusable)."
+    return fn
+
+
+def where(condition: Any, x1: Any, x2: Any) -> Tensor:
+    """Elements of x1 where condition is true, else of x2 (broadcast together)."""
+    client = _client_of((condition, x1, x2))
+    if type(condition) is not Tensor:
+        condition = _as_tensor(condition, client)
+    vals = [v if type(v) is Tensor or _is_scalar(v) else _as_tensor(v, client) for v in (x1, x2)]
+    dtype = _promote(vals)
+    shape = broadcast_shapes(condition.shape, *(v.shape for v in vals if type(v) is Tensor))
+    operands = (condition._id,) + tuple(_operand(v, dtype) for v in vals)
+    out = _new(client, shape, dtype)
+    client.register(ElementwiseOp("where", operands, dtype, out))
+    return Tensor._make(client, out.id, shape, dtype)
+
+
+def clip(x: Any, min: Any = None, max: Any = None) -> Tensor:
+    """x limited to [min, max] (either may be None), as numpy.clip; NaN propagates."""
+    if type(x) is not Tensor:
+        x = _as_tensor(x, None)
+    out = x
+    if min is not None:
+        out = binary("maximum", out, min)
+    if max is not None:
+        out = binary("minimum", out, max)
+    if out is x:
+        out = astype(x, x.dtype)
+    return out
+
+
+def astype(x: Tensor, dtype: Any, copy: bool = True) -> Tensor:
+    """x converted to `dtype` (C-style truncation for float to int, as numpy)."""
+    target = dt.normalize(dtype)
+    if target == x.dtype and not copy:
+        return x
+    client = x._client
+    out = _new(client, x.shape, target)
+    client.register(ElementwiseOp("cast", (x._id,), target, out))
+    return Tensor._make(client, out.id, x.shape, target)
+
+
+# -- creation -------------------------------------------------------------------------------
+def _device_client(device: Any) -> FusionClient:
+    return client_for(device) if device is not None else client_for()
+
+
+def asarray(obj: Any, dtype: Any = None, device: Any = None, copy: bool | None = None) -> Tensor:
+    """A tensor holding `obj` (a Tensor, numpy array, nested list or scalar).
+
+    The data is copied to the device without waiting for it (the host copy is kept alive
+    until the transfer completes).
+    """
+    client = _device_client(device) if device is not None else None
+    if type(obj) is Tensor:
+        target = dt.normalize(dtype) if dtype is not None else obj.dtype
+        if client is None or client is obj._client:
+            if target == obj.dtype and not copy:
+                return obj
+            return astype(obj, target)
+        obj = obj.numpy()
+    if client is None:
+        client = client_for()
+    target = dt.normalize(dtype) if dtype is not None else _default_dtype(np.asarray(obj).dtype)
+    if target is dt.float64 and not client.fp64:
+        raise DeviceError(f"device {client.server.info.name!r} has no float64 support")
+    try:
+        host = np.array(obj, dtype=target, order="C", copy=True)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"cannot make a {target.name} tensor from {type(obj).__name__}: {exc}") from exc
+    shape = tuple(int(d) for d in host.shape)
+    ir = _new(client, shape, target)
+    client.upload(ir, host)
+    return Tensor._make(client, ir.id, shape, target)
+
+
+def _default_dtype(source: np.dtype) -> np.dtype:
+    """The supported dtype closest to numpy's dtype for the same data."""
+    if source.kind == "b":
+        return dt.bool_
+    if source.kind in "iu":
+        return dt.int32 if source.kind == "i" and source.itemsize <= 4 else dt.int64
+    if source.kind == "f":
+        return dt.float32 if source.itemsize <= 4 else dt.float64
+    return dt.normalize(source)
+
+
+def _shape_arg(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    try:
+        out = tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"shape must be an int or a sequence of ints, not {shape!r}") from None
+    if any(d < 0 for d in out):
+        raise ValueError(f"negative dimensions are not allowed: {out}")
+    return out
+
+
+def full(shape: Any, fill_value: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """A tensor of `shape` filled with `fill_value` (computed on the device, fusable)."""
+    shape = _shape_arg(shape)
+    client = _device_client(device)
+    if type(fill_value) is Tensor:
+        fill_value = fill_value.numpy().reshape(()).item()
+    target = dt.normalize(dtype) if dtype is not None else _scalar_dtype(fill_value)
+    out = _new(client, shape, target)
+    value = Scalar(dt.scalar_value(fill_value, target), target)
+    client.register(ElementwiseOp("fill", (value,), target, out))
+    return Tensor._make(client, out.id, shape, target)
+
+
+def zeros(shape: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    return full(shape, 0, dt.float64 if dtype is None else dtype, device)
+
+
+def ones(shape: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    return full(shape, 1, dt.float64 if dtype is None else dtype, device)
+
+
+def empty(shape: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """Like zeros (the contents of a new tensor are always defined here)."""
+    return zeros(shape, dtype, device)
+
+
+def _like(x: Tensor, dtype: Any, device: Any) -> tuple[np.dtype, Any]:
+    return (x.dtype if dtype is None else dtype), (x.device if device is None else device)
+
+
+def zeros_like(x: Tensor, dtype: Any = None, device: Any = None) -> Tensor:
+    return zeros(x.shape, *_like(x, dtype, device))
+
+
+def ones_like(x: Tensor, dtype: Any = None, device: Any = None) -> Tensor:
+    return ones(x.shape, *_like(x, dtype, device))
+
+
+def empty_like(x: Tensor, dtype: Any = None, device: Any = None) -> Tensor:
+    return zeros(x.shape, *_like(x, dtype, device))
+
+
+def full_like(x: Tensor, fill_value: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    return full(x.shape, fill_value, *_like(x, dtype, device))
+
+
+def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None, device: Any = None) -> Tensor:
+    """Evenly spaced values in [start, stop), as numpy.arange (computed on the device)."""
+    if stop is None:
+        start, stop = 0, start
+    if step == 0:
+        raise ValueError("arange step must not be zero")
+    if dtype is None:
+        dtype = dt.int64 if all(isinstance(v, (int, np.integer)) for v in (start, stop, step)) else dt.float64
+    target = dt.normalize(dtype)
+    n = max(0, math.ceil((stop - start) / step))
+    client = _device_client(device)
+    out = _new(client, (n,), target)
+    client.register(ElementwiseOp("iota", (), target, out))
+    t = Tensor._make(client, out.id, (n,), target)
+    if step != 1:
+        t = binary("multiply", t, dt.scalar_value(step, target).item())
+    if start != 0:
+        t = binary("add", t, dt.scalar_value(start, target).item())
+    return t
+
+
+# -- views ----------------------------------------------------------------------------------
+def _view(x: Tensor, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> Tensor:
+    client = x._client
+    out = TensorIr(next(_ids), shape, x.dtype)
+    client.view(ViewOp(x._id, out, strides, offset))
+    contiguous = offset == 0 and strides == contiguous_strides(shape)
+    return Tensor._make(client, out.id, shape, x.dtype, None if contiguous else strides, offset)
+
+
+def _axis(axis: int, ndim: int) -> int:
+    if not -ndim <= axis < max(ndim, 1):
+        raise IndexError(f"axis {axis} is out of range for {ndim} dimensions")
+    return axis % ndim if ndim else 0
+
+
+def reshape(x: Tensor, shape: Any, copy: bool | None = None) -> Tensor:
+    """x with a new shape (one dimension may be -1); a view when the layout allows."""
+    shape = tuple(operator.index(d) for d in ((shape,) if isinstance(shape, int) else shape))
+    if shape.count(-1) > 1:
+        raise ValueError("reshape: only one dimension can be -1")
+    known = math.prod(d for d in shape if d != -1)
+    if -1 in shape:
+        if known == 0 or x.size % known:
+            raise ValueError(f"cannot reshape a tensor of size {x.size} into shape {shape}")
+        shape = tuple(x.size // known if d == -1 else d for d in shape)
+    if any(d < 0 for d in shape) or math.prod(shape) != x.size:
+        raise ValueError(f"cannot reshape a tensor of shape {x.shape} (size {x.size}) into shape {shape}")
+    if copy:
+        x = astype(x, x.dtype)
+    if x._strides is None:
+        return _view(x, shape, contiguous_strides(shape), x._offset)
+    strides = _nocopy_strides(x.shape, x.strides_elements, shape)
+    if strides is None:
+        if copy is False:
+            raise ValueError(f"reshape of this strided view to {shape} needs a copy (copy=False)")
+        x = unary("copy", x)  # materialize once, visibly
+        return _view(x, shape, contiguous_strides(shape), 0)
+    return _view(x, shape, strides, x._offset)
+
+
+def _nocopy_strides(old_shape, old_strides, new_shape) -> tuple[int, ...] | None:
+    """Strides for viewing a strided layout with `new_shape`, or None when impossible.
+
+    numpy's rule: split the old dimensions (size-1 dims dropped) into runs that are
+    contiguous among themselves and match runs of new dimensions with equal products.
+    """
+    old = [(n, s) for n, s in zip(old_shape, old_strides) if n != 1]
+    new = list(new_shape)
+    out = [0] * len(new)
+    if math.prod(new) == 0:
+        return contiguous_strides(tuple(new_shape))
+    i = j = 0
+    while i < len(old) and j < len(new):
+        if new[j] == 1:
+            out[j] = 0
+            j += 1
+            continue
+        oi, nj = i + 1, j + 1
+        po, pn = old[i][0], new[j]
+        while po != pn:
+            if po < pn:
+                if oi >= len(old):
+                    return None
+                po *= old[oi][0]
+                oi += 1
+            else:
+                if nj >= len(new):
+                    return None
+                pn *= new[nj]
+                nj += 1
+        for k in range(i, oi - 1):
+            if old[k][1] != old[k + 1][1] * old[k + 1][0]:
+                return None
+        stride = old[oi - 1][1]
+        for k in range(nj - 1, j - 1, -1):
+            out[k] = stride
+            stride *= new[k]
+        i, j = oi, nj
+    while j < len(new):
+        if new[j] != 1:
+            return None
+        j += 1
+    return tuple(out)
+
+
+def permute_dims(x: Tensor, axes: Sequence[int]) -> Tensor:
+    """x with its axes reordered (a view)."""
+    axes = tuple(_axis(operator.index(a), x.ndim) for a in axes)
+    if sorted(axes) != list(range(x.ndim)):
+        raise ValueError(f"axes {axes} are not a permutation of {x.ndim} dimensions")
+    st = x.strides_elements
+    return _view(x, tuple(x.shape[a] for a in axes), tuple(st[a] for a in axes), x._offset)
+
+
+def expand_dims(x: Tensor, axis: int = 0) -> Tensor:
+    """x with a new size-1 dimension at `axis` (a view)."""
+    ndim = x.ndim + 1
+    if not -ndim <= axis < ndim:
+        raise IndexError(f"axis {axis} is out of range for {ndim} dimensions")
+    axis %= ndim
+    shape = x.shape[:axis] + (1,) + x.shape[axis:]
+    st = x.strides_elements
+    return _view(x, shape, st[:axis] + (0,) + st[axis:], x._offset)
+
+
+def squeeze(x: Tensor, axis: int | Sequence[int] | None = None) -> Tensor:
+    """x without the given size-1 dimensions (all of them when axis is None)."""
+    if axis is None:
+        axes = {i for i, d in enumerate(x.shape) if d == 1}
+    else:
+        axes = {_axis(a, x.ndim) for a in ((axis,) if isinstance(axis, int) else axis)}
+        for a in axes:
+            if x.shape[a] != 1:
+                raise ValueError(f"cannot squeeze axis {a} of size {x.shape[a]}")
+    st = x.strides_elements
+    keep = [i for i in range(x.ndim) if i not in axes]
+    return _view(x, tuple(x.shape[i] for i in keep), tuple(st[i] for i in keep), x._offset)
+
+
+def broadcast_to(x: Tensor, shape: Any) -> Tensor:
+    """x repeated to `shape` without copying (stride 0 along the new dimensions)."""
+    shape = _shape_arg(shape)
+    if broadcast_shapes(x.shape, shape) != shape:
+        raise ValueError(f"cannot broadcast shape {x.shape} to {shape}")
+    pad = len(shape) - x.ndim
+    st = x.strides_elements
+    strides = (0,) * pad + tuple(0 if n == 1 and m != 1 else s for n, m, s in zip(x.shape, shape[pad:], st))
+    return _view(x, shape, strides, x._offset)
+
+
+def getitem(x: Tensor, key: Any) -> Tensor:
+    """Basic indexing: ints, slices (any step), None and Ellipsis; a view, no copy."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    for k in key:
+        if not (k is None or k is Ellipsis or isinstance(k, (slice, int, np.integer))):
+            raise IndexError(
+                f"only integers, slices, None and ... index a tensor here, not {type(k).__name__}"
+            )
+    if sum(k is Ellipsis for k in key) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    used = sum(1 for k in key if k is not None and k is not Ellipsis)
+    if used > x.ndim:
+        raise IndexError(f"too many indices: {used} for a tensor of {x.ndim} dimensions")
+    if Ellipsis in key:
+        i = key.index(Ellipsis)
+        key = key[:i] + (slice(None),) * (x.ndim - used) + key[i + 1:]
+    else:
+        key = key + (slice(None),) * (x.ndim - used)
+    shape: list[int] = []
+    strides: list[int] = []
+    offset = x._offset
+    st = x.strides_elements
+    dim = 0
+    for k in key:
+        if k is None:
+            shape.append(1)
+            strides.append(0)
+            continue
+        n = x.shape[dim]
+        if isinstance(k, slice):
+            start, stop, step = k.indices(n)
+            count = len(range(start, stop, step))
+            if count:
+                offset += start * st[dim]
+            shape.append(count)
+            strides.append(st[dim] * step)
+        else:
+            i = operator.index(k)
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n}")
+            offset += (i % n) * st[dim]
+        dim += 1
+    return _view(x, tuple(shape), tuple(strides), offset)

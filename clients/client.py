@@ -1,0 +1,170 @@
+"""FusionClient: the one mutex-guarded channel from user code to a device's server.
+
+Lock discipline (the rules every locked section follows):
+
+1. A locked section only enqueues (kernels, copies, markers). It never waits for the
+   device: `read` and `sync` release the lock first and wait after (invariant 1).
+2. `Tensor.__del__` never takes the lock: it pushes the id onto `drops`, a deque, and the
+   next locked section, on any thread, drains it first (invariant 2). The garbage
+   collector may run a `__del__` inside a locked section; that only appends to the deque.
+3. The lock is not re-entrant, and re-entry is detected: code running under the lock
+   (a custom launch function, a fuser) that calls back into the client gets a
+   ReentrancyError instead of a deadlock (invariant 3).
+4. A client belongs to the process that made it; after a fork it raises instead of
+   touching a lock or a device context inherited in an unknown state.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import numpy as np
+
+from fusion_server.errors import FusionError, ReentrancyError
+from fusion_server.ir import OperationIr, TensorIr, ViewOp
+from fusion_server.runtime import waits
+from fusion_server.server import FusionServer, Recorder
+
+T = TypeVar("T")
+_get_ident = threading.get_ident
+
+
+class FusionClient:
+    """Serializes every call into one FusionServer; see the module docstring."""
+
+    def __init__(self, server: FusionServer):
+        self.server = server
+        self.fp64 = server.info.fp64
+        self.drops: deque[int] = deque()
+        self._lock = threading.Lock()
+        self._owner: int | None = None  # the thread holding the lock
+        self._pid = os.getpid()
+        waits.guards.append(self._check_not_holding)
+
+    # -- the lock ---------------------------------------------------------------------
+    def _enter(self) -> None:
+        me = _get_ident()
+        if self._owner == me:
+            raise ReentrancyError(
+                "fusion_server was called from code running under its own lock (a custom "
+                "launch function or fuser); enqueue work on the given queue instead"
+            )
+        if self._pid != os.getpid():
+            raise FusionError(
+                "this device's client was created in another process; fusion_server "
+                "cannot be used after fork (use the 'spawn' start method)"
+            )
+        self._lock.acquire()
+        self._owner = me
+        drops = self.drops
+        if drops:
+            server = self.server
+            try:
+                while drops:
+                    server.drop(drops.popleft())
+            except BaseException:
+                self._exit()
+                raise
+
+    def _exit(self) -> None:
+        self._owner = None
+        self._lock.release()
+
+    def holds_lock(self) -> bool:
+        """True when the calling thread is inside a locked section of this client."""
+        return self._owner == _get_ident()
+
+    def _check_not_holding(self) -> None:
+        if self._owner == _get_ident():
+            raise FusionError("a device wait was attempted while holding the server lock")
+
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn(server, *args)` in a locked section."""
+        self._enter()
+        try:
+            return fn(self.server, *args)
+        finally:
+            self._exit()
+
+    # -- the operations -----------------------------------------------------------------
+    def register(self, op: OperationIr) -> None:
+        self._enter()
+        try:
+            self.server.register(_get_ident(), op)
+        finally:
+            self._exit()
+
+    def view(self, op: ViewOp) -> None:
+        self._enter()
+        try:
+            self.server.view(op)
+        finally:
+            self._exit()
+
+    def upload(self, ir: TensorIr, host: np.ndarray) -> None:
+        self._enter()
+        try:
+            self.server.upload(ir, host)
+        finally:
+            self._exit()
+
+    def read(self, tid: int) -> np.ndarray:
+        """The tensor's values on the host; the device wait happens outside the lock."""
+        self._enter()
+        try:
+            _, event, finish = self.server.read(tid)
+        finally:
+            self._exit()
+        waits.wait(event)
+        return finish()
+
+    def sync(self) -> None:
+        """Run this thread's queued work and wait until the device has done it all."""
+        self._enter()
+        try:
+            event = self.server.sync(_get_ident())
+        finally:
+            self._exit()
+        waits.wait(event)
+
+    def flush(self) -> None:
+        """Launch this thread's queued work without waiting for it."""
+        self.call(lambda server: server.flush_stream(_get_ident(), "flush"))
+
+    def stats(self) -> dict:
+        return self.call(lambda server: server.stats())
+
+    @contextmanager
+    def inspect(self):
+        """Record every launch on this device while the block runs.
+
+        On exit the calling thread's queue is launched (not waited for), so the record
+        covers the work written inside the block.
+        """
+        rec = Recorder()
+        self.call(lambda server: server.recorders.append(rec))
+        try:
+            yield rec
+        finally:
+            def stop(server: FusionServer) -> None:
+                server.flush_stream(_get_ident(), "inspect() ends")
+                server.recorders.remove(rec)
+
+            self.call(stop)
+
+    def set_mode(self, mode: str) -> None:
+        """Switch between "lazy" (fused) and "eager" (one kernel per op) for all threads."""
+
+        def switch(server: FusionServer) -> None:
+            if mode not in ("lazy", "eager"):
+                raise ValueError(f"mode must be 'lazy' or 'eager', not {mode!r}")
+            server.flush_all("mode changes")
+            server.mode = mode
+            server.streams.clear()
+
+        self.call(switch)

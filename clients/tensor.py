@@ -1,0 +1,202 @@
+"""The Tensor handle: a lazy value on a device, named by an id the server knows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fusion_server.ir import contiguous_strides
+
+from .client import FusionClient
+
+
+class Tensor:
+    """A handle to a (possibly not yet computed) array on a device.
+
+    Operations on tensors are queued and fused; reading one (`numpy()`, `float()`, ...)
+    runs what it depends on. Dropping the last reference frees its buffer once no queued
+    op reads it.
+    """
+
+    __slots__ = ("_id", "_client", "shape", "dtype", "_strides", "_offset", "__weakref__")
+
+    __array_priority__ = 1000  # numpy defers mixed operators to us
+
+    def __init__(self) -> None:
+        raise TypeError("create tensors with clients.asarray(), zeros(), ... not Tensor()")
+
+    @classmethod
+    def _make(
+        cls,
+        client: FusionClient,
+        tid: int,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        strides: tuple[int, ...] | None = None,
+        offset: int = 0,
+    ) -> Tensor:
+        t = object.__new__(cls)
+        t._id = tid
+        t._client = client
+        t.shape = shape
+        t.dtype = dtype
+        t._strides = strides  # None: C-contiguous from offset 0
+        t._offset = offset
+        return t
+
+    def __del__(self) -> None:
+        # Never take the lock here (invariant 2): the id goes to the drop inbox.
+        try:
+            self._client.drops.append(self._id)
+        except Exception:  # interpreter shutdown: nothing left to free
+            pass
+
+    # -- layout -----------------------------------------------------------------------
+    @property
+    def strides_elements(self) -> tuple[int, ...]:
+        """Strides in elements (this view's layout in its buffer)."""
+        return self._strides if self._strides is not None else contiguous_strides(self.shape)
+
+    @property
+    def is_contiguous(self) -> bool:
+        return self._offset == 0 and (
+            self._strides is None or self._strides == contiguous_strides(self.shape)
+        )
+
+    # -- attributes ---------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def device(self):
+        from .devices import Device
+
+        return Device(self._client.server.info)
+
+    @property
+    def T(self) -> Tensor:
+        return F.permute_dims(self, tuple(range(self.ndim - 1, -1, -1)))
+
+    @property
+    def mT(self) -> Tensor:
+        if self.ndim < 2:
+            raise ValueError("mT needs at least 2 dimensions")
+        axes = tuple(range(self.ndim - 2)) + (self.ndim - 1, self.ndim - 2)
+        return F.permute_dims(self, axes)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        state = self._client.call(_state_of, self._id)
+        return (
+            f"Tensor(shape={self.shape}, dtype={self.dtype.name}, "
+            f"device={self._client.server.info.name!r}, {state})"
+        )
+
+    # -- reading ------------------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        """The values, as a new numpy array (runs what this tensor depends on)."""
+        return self._client.read(self._id)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def _scalar(self, kind: type) -> Any:
+        if self.size != 1:
+            raise TypeError(f"only one-element tensors convert to {kind.__name__}, shape is {self.shape}")
+        return kind(self.numpy().reshape(()).item())
+
+    def __float__(self) -> float:
+        return self._scalar(float)
+
+    def __int__(self) -> int:
+        return self._scalar(int)
+
+    def __bool__(self) -> bool:
+        return self._scalar(bool)
+
+    def __index__(self) -> int:
+        if self.dtype.kind not in "iu":
+            raise TypeError(f"only integer tensors can be used as an index, not {self.dtype.name}")
+        return self._scalar(int)
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        for i in range(self.shape[0]):
+            yield self[i]
+
+    # -- operators ----------------------------------------------------------------------
+    def __add__(self, o): return F.binary("add", self, o)
+    def __radd__(self, o): return F.binary("add", o, self)
+    def __sub__(self, o): return F.binary("subtract", self, o)
+    def __rsub__(self, o): return F.binary("subtract", o, self)
+    def __mul__(self, o): return F.binary("multiply", self, o)
+    def __rmul__(self, o): return F.binary("multiply", o, self)
+    def __truediv__(self, o): return F.binary("divide", self, o)
+    def __rtruediv__(self, o): return F.binary("divide", o, self)
+    def __floordiv__(self, o): return F.binary("floor_divide", self, o)
+    def __rfloordiv__(self, o): return F.binary("floor_divide", o, self)
+    def __mod__(self, o): return F.binary("remainder", self, o)
+    def __rmod__(self, o): return F.binary("remainder", o, self)
+    def __pow__(self, o): return F.binary("pow", self, o)
+    def __rpow__(self, o): return F.binary("pow", o, self)
+    def __and__(self, o): return F.binary("bitwise_and", self, o)
+    def __rand__(self, o): return F.binary("bitwise_and", o, self)
+    def __or__(self, o): return F.binary("bitwise_or", self, o)
+    def __ror__(self, o): return F.binary("bitwise_or", o, self)
+    def __xor__(self, o): return F.binary("bitwise_xor", self, o)
+    def __rxor__(self, o): return F.binary("bitwise_xor", o, self)
+    def __lt__(self, o): return F.binary("less", self, o)
+    def __le__(self, o): return F.binary("less_equal", self, o)
+    def __gt__(self, o): return F.binary("greater", self, o)
+    def __ge__(self, o): return F.binary("greater_equal", self, o)
+    def __eq__(self, o): return F.binary("equal", self, o)  # type: ignore[override]
+    def __ne__(self, o): return F.binary("not_equal", self, o)  # type: ignore[override]
+    def __neg__(self): return F.unary("negative", self)
+    def __pos__(self): return F.unary("positive", self)
+    def __abs__(self): return F.unary("abs", self)
+    def __invert__(self): return F.unary("bitwise_invert", self)
+
+    __hash__ = None  # type: ignore[assignment]  # == is element-wise, as in numpy
+
+    def __getitem__(self, key) -> Tensor:
+        return F.getitem(self, key)
+
+    # -- methods --------------------------------------------------------------------------
+    def astype(self, dtype: Any, copy: bool = True) -> Tensor:
+        return F.astype(self, dtype, copy=copy)
+
+    def reshape(self, *shape) -> Tensor:
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        return F.reshape(self, shape)
+
+    def exp(self) -> Tensor: return F.unary("exp", self)
+    def log(self) -> Tensor: return F.unary("log", self)
+    def sqrt(self) -> Tensor: return F.unary("sqrt", self)
+    def tanh(self) -> Tensor: return F.unary("tanh", self)
+
+
+def _state_of(server, tid: int) -> str:
+    from fusion_server.handles import FAILED, PENDING
+
+    entry = server.handles.get(tid)
+    status = entry.storage.status
+    return "pending" if status == PENDING else "failed" if status == FAILED else "ready"
+
+
+from . import _functions as F  # noqa: E402  (functions need Tensor; methods need functions)

@@ -1,0 +1,1 @@
+"""OpenCL C source from fused traces."""

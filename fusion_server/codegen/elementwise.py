@@ -1,0 +1,216 @@
+"""OpenCL C for a fused element-wise block, from its specialization key.
+
+One work-item computes one element, or one vector of `width` elements with the last
+partial vector done element by element. Scalars, sizes, offsets and strides are kernel
+arguments (metadata in one int64 buffer), so the source depends only on the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import dtypes as dt
+from . import expressions as ex
+
+
+class TraceOp(NamedTuple):
+    """One op of a fused block in relative form: operands are ('i'|'s'|'v', index)."""
+
+    name: str
+    compute: np.dtype
+    out: np.dtype
+    args: tuple[tuple[str, int], ...]
+    expr: str | None = None  # custom ops: an OpenCL C expression over `params`
+    params: tuple[str, ...] = ()
+
+
+class KernelSpec(NamedTuple):
+    """Everything the generated source depends on; the program cache's key."""
+
+    ops: tuple[TraceOp, ...]
+    inputs: tuple[tuple[np.dtype, str], ...]  # (dtype, layout class)
+    scalars: tuple[np.dtype, ...]
+    outputs: tuple[int, ...]  # value indices (op positions) written out
+    width: int
+    index: str  # "int" or "long"
+    rank: int  # collapsed rank used by strided inputs, 0 if none
+
+
+def value_dtype(spec: KernelSpec, ref: tuple[str, int]) -> np.dtype:
+    kind, k = ref
+    if kind == "i":
+        return spec.inputs[k][0]
+    if kind == "s":
+        return spec.scalars[k]
+    return spec.ops[k].out
+
+
+def kernel_name(spec: KernelSpec) -> str:
+    digest = hashlib.sha1(repr(spec).encode()).hexdigest()[:10]
+    names = "_".join(op.name for op in spec.ops[:4])
+    return f"fused_{names}_{digest}"[:80].replace(":", "_")
+
+
+def uses_strided(spec: KernelSpec) -> bool:
+    return any(cls.startswith("strided") for _, cls in spec.inputs)
+
+
+def has_metadata(spec: KernelSpec) -> bool:
+    return any(cls != "contig" for _, cls in spec.inputs)
+
+
+def metadata(
+    spec: KernelSpec, dims: tuple[int, ...], layouts: list[tuple[int, tuple[int, ...]]]
+) -> tuple[int, ...]:
+    """The int64 metadata for one launch: dims, then each input's offset and strides."""
+    meta: list[int] = list(dims) if spec.rank else []
+    for (_, cls), (offset, strides) in zip(spec.inputs, layouts):
+        if cls == "contig":
+            continue
+        meta.append(offset)
+        if cls.startswith("strided"):
+            meta.extend(strides)
+    return tuple(meta)
+
+
+def _op_expr(spec: KernelSpec, op: TraceOp, j: int, width: int) -> list[str]:
+    """Statements that define value v{j}."""
+    args = []
+    for ref in op.args:
+        src = value_dtype(spec, ref)
+        name = f"{'xsv'['isv'.index(ref[0])]}{ref[1]}"
+        args.append((name, src))
+    T = ex.type_name(op.out, width)
+    if op.expr is not None:
+        lines = [f"{T} v{j};", "{"]
+        for (arg, src), param in zip(args, op.params):
+            lines.append(
+                f"  const {ex.type_name(op.compute, width)} {param} = "
+                f"{ex.cast(arg, src, op.compute, width)};"
+            )
+        lines.append(f"  v{j} = {ex.cast('(' + op.expr + ')', op.compute, op.out, width)};")
+        lines.append("}")
+        return lines
+    if op.name == "fill":
+        return [f"const {T} v{j} = {ex.cast(args[0][0], args[0][1], op.out, width)};"]
+    if op.name == "iota":
+        idx = "IDX" if width == 1 else f"IDX{width}"
+        lanes = ", ".join(str(k) for k in range(width))
+        flat = "idx" if width == 1 else f"(({idx})(idx) + ({idx})({lanes}))"
+        return [f"const {T} v{j} = {ex.cast(flat, np.dtype(np.int64), op.out, width)};"]
+    if op.name == "cast":
+        return [f"const {T} v{j} = {ex.cast(args[0][0], args[0][1], op.out, width)};"]
+    if op.name == "where":
+        cond = ex.cast(args[0][0], args[0][1], dt.bool_, width)
+        a = ex.cast(args[1][0], args[1][1], op.compute, width)
+        b = ex.cast(args[2][0], args[2][1], op.compute, width)
+        return [f"const {T} v{j} = {ex.select(cond, a, b, op.compute, width)};"]
+    target = dt.bool_ if op.name.startswith("logical_") else op.compute
+    cast_args = [ex.cast(a, s, target, width) for a, s in args]
+    expr, kind = ex.emit(op.name, cast_args, target, width)
+    expr = ex.to_bool(expr, width) if kind is None else ex.cast(expr, kind, op.out, width)
+    return [f"const {T} v{j} = {expr};"]
+
+
+def _body(spec: KernelSpec, width: int) -> list[str]:
+    """Loads, ops and stores for the element (or vector) starting at flat index `idx`."""
+    lines: list[str] = []
+    if spec.rank and uses_strided(spec):
+        lines.append("IDX rem = idx;")
+        for d in range(spec.rank - 1, 0, -1):
+            lines.append(f"const IDX c{d} = rem % D{d}; rem /= D{d};")
+        lines.append("const IDX c0 = rem;")
+    for k, (dtype, cls) in enumerate(spec.inputs):
+        T = ex.type_name(dtype, width)
+        if cls in ("contig", "offset"):
+            at = "idx" if cls == "contig" else f"O{k} + idx"
+            load = f"in{k}[{at}]" if width == 1 else f"vload{width}(0, in{k} + {at})"
+        elif cls == "scalar":
+            load = ex.splat(f"in{k}[O{k}]", dtype, width)
+        else:
+            pos = " + ".join([f"O{k}"] + [f"c{d} * S{k}_{d}" for d in range(spec.rank)])
+            lines.append(f"const IDX p{k} = {pos};")
+            if width == 1 or cls == "strided":
+                # Width > 1 only reaches here for strided1 / strided0 (see `choose_width`).
+                load = f"in{k}[p{k}]"
+            elif cls == "strided1":
+                load = f"vload{width}(0, in{k} + p{k})"
+            else:
+                load = ex.splat(f"in{k}[p{k}]", dtype, width)
+        lines.append(f"const {T} x{k} = {load};")
+    for k, dtype in enumerate(spec.scalars):
+        lines.append(f"const {ex.type_name(dtype, width)} s{k} = {ex.splat(f'a{k}', dtype, width)};")
+    for j, op in enumerate(spec.ops):
+        lines.extend(_op_expr(spec, op, j, width))
+    for m, j in enumerate(spec.outputs):
+        if width == 1:
+            lines.append(f"out{m}[idx] = v{j};")
+        else:
+            lines.append(f"vstore{width}(v{j}, 0, out{m} + idx);")
+    return lines
+
+
+def generate(spec: KernelSpec) -> tuple[str, str]:
+    """(source, kernel name) for `spec`."""
+    name = kernel_name(spec)
+    W = spec.width
+    all_dtypes = {d for d, _ in spec.inputs} | set(spec.scalars) | {op.out for op in spec.ops}
+    all_dtypes |= {op.compute for op in spec.ops}
+    src: list[str] = []
+    if dt.float64 in all_dtypes:
+        src.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+    src.append(f"typedef {spec.index} IDX;")
+    if W > 1:
+        src.append(f"typedef {spec.index}{W} IDX{W};")
+    helpers = sorted(
+        {(op.name, op.compute) for op in spec.ops if ex.needs_scalar_code(op.name, op.compute)},
+        key=repr,
+    )
+    for hname, hdtype in helpers:
+        src.append(ex.helper_source(hname, hdtype))
+    params = ["const IDX n"]
+    if has_metadata(spec):
+        params.append("__global const long* meta")
+    for m, j in enumerate(spec.outputs):
+        params.append(f"__global {dt.CL_NAME[spec.ops[j].out]}* out{m}")
+    for k, (dtype, _) in enumerate(spec.inputs):
+        params.append(f"__global const {dt.CL_NAME[dtype]}* in{k}")
+    for k, dtype in enumerate(spec.scalars):
+        params.append(f"const {dt.CL_NAME[dtype]} a{k}")
+    src.append(f"__kernel void {name}({', '.join(params)})")
+    src.append("{")
+    src.append(f"  const IDX idx0 = (IDX)get_global_id(0) * {W};")
+    src.append("  if (idx0 >= n) return;")
+    pos = 0
+    if spec.rank and uses_strided(spec):
+        for d in range(spec.rank):
+            src.append(f"  const IDX D{d} = (IDX)meta[{pos}];")
+            pos += 1
+    for k, (_, cls) in enumerate(spec.inputs):
+        if cls == "contig":
+            continue
+        src.append(f"  const IDX O{k} = (IDX)meta[{pos}];")
+        pos += 1
+        if cls.startswith("strided"):
+            for d in range(spec.rank):
+                src.append(f"  const IDX S{k}_{d} = (IDX)meta[{pos}];")
+                pos += 1
+    if W == 1:
+        src.append("  {")
+        src.append("    const IDX idx = idx0;")
+        src.extend("    " + line for line in _body(spec, 1))
+        src.append("  }")
+    else:
+        src.append(f"  if (idx0 + {W} <= n) {{")
+        src.append("    const IDX idx = idx0;")
+        src.extend("    " + line for line in _body(spec, W))
+        src.append("  } else {")
+        src.append("    for (IDX idx = idx0; idx < n; ++idx) {")
+        src.extend("      " + line for line in _body(spec, 1))
+        src.append("    }")
+        src.append("  }")
+    src.append("}")
+    return "\n".join(src) + "\n", name

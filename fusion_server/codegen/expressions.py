@@ -1,0 +1,192 @@
+"""OpenCL C expressions for each element-wise op, at a vector width of 1 or more.
+
+Every value in a generated kernel has one dtype and the kernel's width W: a scalar type
+(`float`) when W is 1, a vector type (`float4`) otherwise, so one template serves both.
+Comparisons give OpenCL "masks" (0/1 for scalars, 0/-1 for vectors); `to_bool` turns
+them into the one-byte 0/1 bools that numpy stores.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes as dt
+
+
+def type_name(dtype: np.dtype, width: int) -> str:
+    base = dt.CL_NAME[dtype]
+    return base if width == 1 else f"{base}{width}"
+
+
+def splat(expr: str, dtype: np.dtype, width: int) -> str:
+    """A scalar expression as a value of width `width`."""
+    return expr if width == 1 else f"(({type_name(dtype, width)})({expr}))"
+
+
+def to_bool(mask: str, width: int) -> str:
+    if width == 1:
+        return f"((uchar)({mask}))"
+    return f"convert_uchar{width}(-({mask}))"
+
+
+def cast(expr: str, src: np.dtype, dst: np.dtype, width: int) -> str:
+    """`expr` of dtype `src` converted to `dst` the way numpy's astype does."""
+    if src == dst:
+        return expr
+    if dt.is_bool(dst):
+        return to_bool(f"({expr}) != {splat('0', src, width)}", width)
+    if width == 1:
+        return f"(({dt.CL_NAME[dst]})({expr}))"
+    return f"convert_{type_name(dst, width)}({expr})"
+
+
+def select(cond_bool: str, a: str, b: str, dtype: np.dtype, width: int) -> str:
+    """cond ? a : b, with `cond_bool` a 0/1 bool value."""
+    if width == 1:
+        return f"(({cond_bool}) ? ({a}) : ({b}))"
+    mask = f"{dt.CL_MASK_NAME[dtype]}{width}"
+    return f"select({b}, {a}, -convert_{mask}({cond_bool}))"
+
+
+# Ops whose integer (or float) form needs a helper function with branches; kernels that
+# use them run one element per work-item.
+SCALAR_ONLY = {"floor_divide", "remainder"}
+SCALAR_ONLY_INT = {"pow"}
+
+_INFIX = {
+    "add": "+", "subtract": "-", "multiply": "*", "divide": "/",
+    "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^",
+    "logical_and": "&", "logical_or": "|", "logical_xor": "^",
+}
+_COMPARE = {
+    "equal": "==", "not_equal": "!=", "less": "<", "less_equal": "<=",
+    "greater": ">", "greater_equal": ">=",
+}
+_BOOL_INFIX = {"add": "|", "multiply": "&", "maximum": "|", "minimum": "&"}
+_FLOAT_CALL1 = {
+    "exp", "expm1", "log", "log1p", "log2", "log10", "sqrt", "sin", "cos", "tan",
+    "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
+    "floor", "ceil", "trunc", "sign",
+}
+_FLOAT_CALL2 = {"atan2", "hypot", "copysign", "pow"}
+
+
+def needs_scalar_code(name: str, compute: np.dtype) -> bool:
+    return name in SCALAR_ONLY or (name in SCALAR_ONLY_INT and not dt.is_float(compute))
+
+
+def helper_name(name: str, compute: np.dtype) -> str:
+    return f"{name}_{dt.CL_NAME[compute]}"
+
+
+def helper_source(name: str, compute: np.dtype) -> str:
+    """A C function implementing numpy's semantics of `name` for scalars of `compute`."""
+    t = dt.CL_NAME[compute]
+    fn = helper_name(name, compute)
+    if dt.is_float(compute):
+        # numpy's npy_divmod: floor division and a remainder with the divisor's sign.
+        body = {
+            "floor_divide": (
+                "if (b == 0) return a / b;\n"
+                f"  {t} mod = fmod(a, b); {t} div = (a - mod) / b;\n"
+                "  if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1;\n"
+                f"  {t} fl = floor(div); if (div - fl > ({t})0.5) fl += 1;\n"
+                "  return div == 0 ? copysign((" + t + ")0, a / b) : fl;"
+            ),
+            "remainder": (
+                "if (b == 0) return fmod(a, b);\n"
+                f"  {t} mod = fmod(a, b);\n"
+                "  if (mod != 0) { if ((b < 0) != (mod < 0)) mod += b; }\n"
+                f"  else mod = copysign(({t})0, b);\n"
+                "  return mod;"
+            ),
+        }[name]
+    else:
+        # Integer division by zero (or MIN / -1) traps on CPUs: numpy gives 0 there.
+        body = {
+            "floor_divide": (
+                "if (b == 0) return 0;\n"
+                "  if (b == -1) return -a;\n"
+                f"  {t} q = a / b;\n"
+                "  if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;\n"
+                "  return q;"
+            ),
+            "remainder": (
+                "if (b == 0 || b == -1) return 0;\n"
+                f"  {t} r = a % b;\n"
+                "  if (r != 0 && ((r < 0) != (b < 0))) r += b;\n"
+                "  return r;"
+            ),
+            "pow": (
+                "if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);\n"
+                f"  {t} r = 1;\n"
+                "  while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }\n"
+                "  return r;"
+            ),
+        }[name]
+    return f"static {t} {fn}({t} a, {t} b) {{\n  {body}\n}}\n"
+
+
+def emit(
+    name: str, args: list[str], compute: np.dtype, width: int
+) -> tuple[str, np.dtype | None]:
+    """OpenCL C for op `name` over already-cast `args`: (expression, its dtype).
+
+    The dtype is None for a mask, which still needs `to_bool`.
+    """
+    T = type_name(compute, width)
+    a = args[0] if args else ""
+    b = args[1] if len(args) > 1 else ""
+    isf = dt.is_float(compute)
+    isb = dt.is_bool(compute)
+    if name in _COMPARE:
+        return f"(({a}) {_COMPARE[name]} ({b}))", None
+    if isb and name in _BOOL_INFIX:
+        return f"(({a}) {_BOOL_INFIX[name]} ({b}))", compute
+    if name in _INFIX:
+        return f"(({a}) {_INFIX[name]} ({b}))", compute
+    if name == "maximum" or name == "minimum":
+        if isf:
+            op = ">" if name == "maximum" else "<"
+            return f"(((({a}) {op} ({b})) | isnan({a})) ? ({a}) : ({b}))", compute
+        return f"{name[:3]}({a}, {b})", compute
+    if needs_scalar_code(name, compute):
+        return f"{helper_name(name, compute)}({a}, {b})", compute
+    if name in _FLOAT_CALL2:
+        return f"{name}({a}, {b})", compute
+    if name == "logaddexp":
+        ln2 = f"(({T})(0.6931471805599453))"
+        return (
+            f"((({a}) == ({b})) ? ({a}) + {ln2} : "
+            f"fmax({a}, {b}) + log1p(exp(-fabs(({a}) - ({b})))))",
+            False,
+        )
+    if name == "round":
+        return (f"rint({a})" if isf else a), compute
+    if name in _FLOAT_CALL1:
+        if isf:
+            return f"{name}({a})", compute
+        if name == "sign":
+            zero, one = f"(({T})(0))", f"(({T})(1))"
+            return f"((({a}) > {zero}) ? {one} : ((({a}) < {zero}) ? -{one} : {zero}))", compute
+        return a, compute  # floor / ceil / trunc of integers
+    if name == "abs":
+        if isf:
+            return f"fabs({a})", compute
+        return (a, compute) if isb else (f"((({a}) < (({T})(0))) ? -({a}) : ({a}))", compute)
+    if name == "negative":
+        return f"(-({a}))", compute
+    if name == "positive" or name == "copy":
+        return a, compute
+    if name == "square":
+        return f"(({a}) * ({a}))", compute
+    if name == "logical_not":
+        return f"(({a}) ^ (({T})(1)))", compute
+    if name == "bitwise_invert":
+        return (f"(({a}) ^ (({T})(1)))" if isb else f"(~({a}))"), compute
+    if name in ("isnan", "isinf", "isfinite"):
+        if isf:
+            return f"{name}({a})", None
+        const = "1" if name == "isfinite" else "0"
+        return splat(f"(uchar){const}", dt.bool_, width), dt.bool_
+    raise ValueError(f"no OpenCL template for element-wise op {name!r}")

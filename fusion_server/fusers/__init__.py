@@ -1,0 +1,6 @@
+"""Fusers: builders that claim runs of queued ops and turn them into executable plans."""
+
+from .base import Fuser, Plan
+from .elementwise import ElementwiseFuser
+
+__all__ = ["ElementwiseFuser", "Fuser", "Plan"]

@@ -1,0 +1,279 @@
+"""The element-wise fuser and the plan that runs a fused element-wise block.
+
+A block is a run of element-wise ops over one output shape. Its inputs are tensors that
+already exist (any layout that broadcasts to the shape) or values computed earlier in the
+block. Only values still needed after the block (a live handle, a later reader, a view)
+are written; the rest stay in registers, and ops nobody needs are not computed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..codegen import elementwise as cg
+from ..codegen.expressions import needs_scalar_code
+from ..codegen.layout import broadcast_strides, classify, collapse
+from ..errors import TensorFailedError
+from ..handles import FAILED, Entry
+from ..ir import ElementwiseOp, OperationIr, size_of
+
+if TYPE_CHECKING:
+    from ..server import FusionServer
+
+log = logging.getLogger("fusion_server")
+
+VECTOR_WIDTH = 4
+INT32_LIMIT = 2**31 - 1
+
+
+def _needs_metadata(entry: Entry, shape: tuple[int, ...]) -> bool:
+    return not (entry.contiguous and entry.ir.shape == shape)
+
+
+class ElementwiseFuser:
+    """Claims consecutive element-wise ops with one output shape, within the limits."""
+
+    name = "elementwise"
+
+    def __init__(self, max_bindings: int, max_ops: int):
+        self.max_bindings = max_bindings
+        self.max_ops = max_ops
+        self.reset()
+
+    def reset(self) -> None:
+        self.ops: list[ElementwiseOp] = []
+        self.shape: tuple[int, ...] | None = None
+        self.values: set[int] = set()  # ids computed in the block
+        self.storages: set = set()  # their storages, to spot views of them
+        self.inputs: set[int] = set()  # ids read from outside the block
+        self.reads: dict[int, int] = {}  # in-block reads of each id
+        self.n_scalars = 0
+        self.meta = False
+        self.outputs_bound = 0  # upper bound on values that must be written
+        self.closed = False
+        self.close_reason = ""
+
+    def _close(self, reason: str) -> bool:
+        self.closed = True
+        self.close_reason = reason
+        return False
+
+    def score(self) -> int:
+        return len(self.ops)
+
+    def _bindings(self, new_inputs: int, new_scalars: int, meta: bool, outputs: int) -> int:
+        # n, the metadata buffer, inputs, scalars, outputs.
+        return 1 + int(meta) + len(self.inputs) + new_inputs + self.n_scalars + new_scalars + outputs
+
+    def _count_outputs(self, server: FusionServer) -> int:
+        entries = server.handles.entries
+        count = 0
+        for tid in self.values:
+            e = entries[tid]
+            if e.alive or e.readers > self.reads.get(tid, 0) or e.storage.refs > 1:
+                count += 1
+        return count
+
+    def offer(self, op: OperationIr, server: FusionServer) -> bool:
+        if self.closed:
+            return False
+        if type(op) is not ElementwiseOp:
+            return self._close(f"{type(op).__name__} is not element-wise")
+        shape = op.out.shape
+        if self.ops:
+            if shape != self.shape:
+                return self._close(f"shape {shape} differs from the block's {self.shape}")
+            if len(self.ops) >= self.max_ops:
+                return self._close(f"max ops per kernel ({self.max_ops}) reached")
+        new_ids: list[int] = []
+        new_scalars = 0
+        meta = self.meta
+        for operand in op.inputs:
+            if type(operand) is int:
+                if operand in self.values or operand in self.inputs or operand in new_ids:
+                    continue
+                entry = server.handles.get(operand)
+                if entry.storage in self.storages:
+                    return self._close("reads a view of a value computed in this block")
+                new_ids.append(operand)
+                meta = meta or _needs_metadata(entry, shape)
+            else:
+                new_scalars += 1
+        limit = self.max_bindings
+        if self._bindings(len(new_ids), new_scalars, meta, self.outputs_bound + 1) > limit:
+            self.outputs_bound = self._count_outputs(server)
+            if self._bindings(len(new_ids), new_scalars, meta, self.outputs_bound + 1) > limit:
+                if self.ops:  # a lone op always runs, whatever it needs
+                    return self._close(f"binding limit ({limit}) reached")
+        self.ops.append(op)
+        self.shape = shape
+        self.values.add(op.out.id)
+        self.storages.add(server.handles.entries[op.out.id].storage)
+        self.inputs.update(new_ids)
+        for operand in op.inputs:
+            if type(operand) is int:
+                self.reads[operand] = self.reads.get(operand, 0) + 1
+        self.n_scalars += new_scalars
+        self.meta = meta
+        self.outputs_bound += 1
+        return True
+
+    def finish(self, server: FusionServer) -> ElementwisePlan:
+        return ElementwisePlan(list(self.ops), self.shape or (), self.max_bindings)
+
+
+class ElementwisePlan:
+    """One fused kernel over a block of element-wise ops."""
+
+    kind = "elementwise"
+
+    def __init__(self, ops: list[ElementwiseOp], shape: tuple[int, ...], max_bindings: int):
+        self.ops = ops
+        self.shape = shape
+        self.max_bindings = max_bindings
+
+    def execute(self, server: FusionServer) -> None:
+        ops = self.ops
+        entries = server.handles.entries
+        produced = {op.out.id: j for j, op in enumerate(ops)}
+        inblock: dict[int, int] = {}
+        for op in ops:
+            for operand in op.inputs:
+                if type(operand) is int:
+                    inblock[operand] = inblock.get(operand, 0) + 1
+        needed: set[int] = set()
+        for j, op in enumerate(ops):
+            e = entries[op.out.id]
+            st = e.storage
+            if e.alive or e.readers > inblock.get(op.out.id, 0) or st.refs > 1 or st.pins:
+                needed.add(j)
+        # Backward liveness: an op runs when its value is written or feeds one that runs.
+        live = [False] * len(ops)
+        used = set(needed)
+        for j in range(len(ops) - 1, -1, -1):
+            if j in used:
+                live[j] = True
+                for operand in ops[j].inputs:
+                    if type(operand) is int and operand in produced:
+                        used.add(produced[operand])
+        if not any(live):
+            return
+        live_ops = [op for j, op in enumerate(ops) if live[j]]
+        out_entries = [entries[ops[j].out.id] for j in sorted(needed)]
+
+        # Relative form: inputs numbered by first use, scalars by position.
+        in_pos: dict[int, int] = {}
+        in_entries: list[Entry] = []
+        scalars: list = []
+        scalar_dtypes: list = []
+        vmap: dict[int, int] = {}
+        trace: list[cg.TraceOp] = []
+        for j, op in enumerate(ops):
+            if not live[j]:
+                continue
+            args = []
+            for operand in op.inputs:
+                if type(operand) is int:
+                    if operand in produced:
+                        args.append(("v", vmap[produced[operand]]))
+                        continue
+                    k = in_pos.get(operand)
+                    if k is None:
+                        k = in_pos[operand] = len(in_entries)
+                        in_entries.append(entries[operand])
+                    args.append(("i", k))
+                else:
+                    args.append(("s", len(scalars)))
+                    scalars.append(operand.value)
+                    scalar_dtypes.append(operand.dtype)
+            vmap[j] = len(trace)
+            trace.append(cg.TraceOp(op.name, op.compute, op.out.dtype, tuple(args), op.expr, op.params))
+
+        for e in in_entries:
+            if e.storage.status == FAILED:
+                err = TensorFailedError(
+                    f"element-wise block ({', '.join(op.name for op in live_ops)}) not run: "
+                    f"its input tensor {e.ir.id} failed: {e.storage.error}"
+                )
+                err.__cause__ = e.storage.error
+                server.fail_storages([e2.storage for e2 in out_entries], err)
+                return
+
+        shape = self.shape
+        n = size_of(shape)
+        classes: list[str] = []
+        strides_of: list[tuple[int, ...]] = []
+        for e in in_entries:
+            if e.contiguous and e.ir.shape == shape:
+                classes.append("contig")
+                strides_of.append(())
+                continue
+            bs = broadcast_strides(e.ir.shape, e.strides, shape)
+            classes.append(classify(shape, bs, e.offset))
+            strides_of.append(bs)
+        strided = [k for k, c in enumerate(classes) if c == "strided"]
+        rank = 0
+        dims: tuple[int, ...] = ()
+        layouts = [(e.offset, ()) for e in in_entries]
+        width = VECTOR_WIDTH
+        if any(needs_scalar_code(t.name, t.compute) for t in trace):
+            width = 1
+        if strided:
+            dims, sets = collapse(shape, [strides_of[k] for k in strided])
+            rank = len(dims)
+            for k, st in zip(strided, sets):
+                layouts[k] = (in_entries[k].offset, st)
+                if st[-1] == 1:
+                    classes[k] = "strided1"
+                elif st[-1] == 0:
+                    classes[k] = "strided0"
+                else:
+                    width = 1
+            if dims[-1] % VECTOR_WIDTH:
+                width = 1
+        index = "int"
+        if n > INT32_LIMIT or any(e.storage.nbytes // e.ir.dtype.itemsize > INT32_LIMIT for e in in_entries):
+            index = "long"
+        spec = cg.KernelSpec(
+            ops=tuple(trace),
+            inputs=tuple((e.ir.dtype, c) for e, c in zip(in_entries, classes)),
+            scalars=tuple(scalar_dtypes),
+            outputs=tuple(vmap[j] for j in sorted(needed)),
+            width=width,
+            index=index,
+            rank=rank,
+        )
+        bindings = 1 + int(cg.has_metadata(spec)) + len(spec.outputs) + len(in_entries) + len(scalars)
+        try:
+            if bindings > self.max_bindings and len(live_ops) > 1:
+                raise RuntimeError(f"needs {bindings} bindings, over the limit of {self.max_bindings}")
+            kernel = server.kernel_for(spec)
+        except Exception as exc:  # a compiler error fails this block only (invariant 6)
+            err = TensorFailedError(
+                f"element-wise block ({', '.join(op.name for op in live_ops)}) failed to build: {exc}"
+            )
+            err.__cause__ = exc
+            server.fail_storages([e.storage for e in out_entries], err)
+            return
+        try:
+            out_buffers = [server.allocate(e.storage) for e in out_entries]
+        except Exception as exc:
+            server.fail_storages([e.storage for e in out_entries], exc)
+            return
+        if n:
+            args: list = [spec_index_value(index, n)]
+            if cg.has_metadata(spec):
+                args.append(server.runtime.metadata_buffer(cg.metadata(spec, dims, layouts)))
+            args.extend(out_buffers)
+            args.extend(e.storage.buffer for e in in_entries)
+            args.extend(scalars)
+            server.launch(kernel, (n + width - 1) // width, args, "elementwise",
+                          [op.name for op in live_ops], bindings)
+        server.mark_ready([e.storage for e in out_entries])
+
+
+def spec_index_value(index: str, n: int) -> np.integer:
+    return np.int32(n) if index == "int" else np.int64(n)

@@ -1,0 +1,127 @@
+"""What the server knows of every tensor id: its storage, layout, status and readers.
+
+A `Storage` is one device buffer (or the promise of one: a pending op will write it).
+An `Entry` is a tensor id's view of a storage: shape, dtype, strides and offset in
+elements. Views share a storage. A storage's buffer goes back to the pool when no entry
+refers to it and nothing pins it (invariant 4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .errors import DroppedTensorError
+from .ir import TensorIr, contiguous_strides, size_of
+
+PENDING = 0  # an op in a stream will write it
+READY = 1  # written, or its writer is enqueued on the in-order queue
+FAILED = 2  # the block that writes it failed; `error` says why
+
+
+class Storage:
+    __slots__ = ("buffer", "nbytes", "status", "stream", "error", "refs", "pins", "owned")
+
+    def __init__(self, nbytes: int, status: int, stream: int | None = None):
+        self.buffer = None
+        self.nbytes = nbytes
+        self.status = status
+        self.stream = stream  # the stream whose queue holds the writer, while PENDING
+        self.error: BaseException | None = None
+        self.refs = 0  # entries that refer to it
+        self.pins = 0  # resolved arrays and other outside holders
+        self.owned = True  # False: the buffer belongs to the user (imported), never pooled
+
+
+class Entry:
+    __slots__ = ("ir", "storage", "strides", "offset", "alive", "readers", "contiguous")
+
+    def __init__(self, ir: TensorIr, storage: Storage, strides: tuple[int, ...], offset: int):
+        self.ir = ir
+        self.storage = storage
+        self.strides = strides
+        self.offset = offset
+        self.alive = True  # the client still holds a handle
+        self.readers = 0  # queued ops that read it
+        self.contiguous = offset == 0 and strides == contiguous_strides(ir.shape)
+        storage.refs += 1
+
+
+def span_of(shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> tuple[int, int]:
+    """The lowest and one-past-highest element a layout touches (offset, offset) if empty."""
+    if size_of(shape) == 0:
+        return offset, offset
+    lo = hi = offset
+    for n, s in zip(shape, strides):
+        if s > 0:
+            hi += (n - 1) * s
+        else:
+            lo += (n - 1) * s
+    return lo, hi + 1
+
+
+class HandleContainer:
+    """The id -> Entry map, with the rules for when an entry and its buffer go away."""
+
+    def __init__(self, free_buffer: Callable[[object, int], None]):
+        self.entries: dict[int, Entry] = {}
+        self._free_buffer = free_buffer
+        self.storages_live = 0
+
+    def get(self, tid: int) -> Entry:
+        entry = self.entries.get(tid)
+        if entry is None:
+            raise DroppedTensorError(
+                f"tensor {tid} is unknown to this device's server (dropped, or from another device)"
+            )
+        return entry
+
+    def new_storage(self, nbytes: int, status: int, stream: int | None = None) -> Storage:
+        self.storages_live += 1
+        return Storage(nbytes, status, stream)
+
+    def add(self, ir: TensorIr, storage: Storage, strides=None, offset: int = 0) -> Entry:
+        if strides is None:
+            strides = contiguous_strides(ir.shape)
+        lo, hi = span_of(ir.shape, strides, offset)
+        itemsize = ir.dtype.itemsize
+        # Invariant 7: no layout may reach outside its buffer.
+        if lo < 0 or hi * itemsize > storage.nbytes:
+            raise IndexError(
+                f"layout of tensor {ir.id} (shape {ir.shape}, strides {strides}, offset "
+                f"{offset}) reaches elements [{lo}, {hi}) outside its buffer of "
+                f"{storage.nbytes // itemsize} elements"
+            )
+        entry = Entry(ir, storage, tuple(strides), offset)
+        self.entries[ir.id] = entry
+        return entry
+
+    def drop(self, tid: int) -> None:
+        entry = self.entries.get(tid)
+        if entry is not None and entry.alive:
+            entry.alive = False
+            self.maybe_release(entry)
+
+    def maybe_release(self, entry: Entry) -> None:
+        """Forget `entry` if nobody can use it again; free its storage with the last one."""
+        if entry.alive or entry.readers or entry.storage.status == PENDING:
+            return
+        if self.entries.get(entry.ir.id) is entry:
+            del self.entries[entry.ir.id]
+            self.unref(entry.storage)
+
+    def unref(self, storage: Storage) -> None:
+        storage.refs -= 1
+        self.release_if_unused(storage)
+
+    def release_if_unused(self, storage: Storage) -> None:
+        if storage.refs <= 0 and storage.pins <= 0 and storage.nbytes >= 0:
+            if storage.buffer is not None and storage.owned:
+                self._free_buffer(storage.buffer, storage.nbytes)
+                storage.buffer = None
+            storage.nbytes = -1  # released; never again
+            self.storages_live -= 1
+
+    def dtype_of(self, tid: int) -> np.dtype:
+        return self.get(tid).ir.dtype

@@ -1,0 +1,94 @@
+"""Operation descriptors: what a client sends to the server.
+
+Descriptors are small immutable tuples. A tensor is named by its integer id; the server
+keeps what it knows about each id (its buffer, layout and status) in `handles.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Union
+
+import numpy as np
+
+
+class TensorIr(NamedTuple):
+    """A tensor as the server sees it: an id, a shape and a dtype."""
+
+    id: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+class Scalar(NamedTuple):
+    """A scalar operand: its value becomes a kernel argument, never part of the source."""
+
+    value: np.generic
+    dtype: np.dtype
+
+
+Operand = Union[int, Scalar]  # a tensor id or a scalar
+
+
+class ElementwiseOp(NamedTuple):
+    """`out = name(*inputs)`, computed in dtype `compute`, over out's shape.
+
+    Inputs broadcast to out's shape. For a custom op, `name` is its registered name and
+    `expr` its OpenCL C expression over `params` (the names of the operands, in order).
+    """
+
+    name: str
+    inputs: tuple[Operand, ...]
+    compute: np.dtype
+    out: TensorIr
+    expr: str | None = None
+    params: tuple[str, ...] = ()
+
+
+class ViewOp(NamedTuple):
+    """`out` reads the buffer of `source` through another layout (elements, not bytes)."""
+
+    source: int
+    out: TensorIr
+    strides: tuple[int, ...]
+    offset: int
+
+
+class CustomKernelOp(NamedTuple):
+    """An opaque user kernel: `launch(queue, inputs, outputs, **params)` enqueues it."""
+
+    name: str
+    inputs: tuple[int, ...]
+    outputs: tuple[TensorIr, ...]
+    launch: Any
+    params: tuple[tuple[str, Any], ...]
+
+
+OperationIr = Union[ElementwiseOp, CustomKernelOp]
+
+
+def tensor_inputs(op: OperationIr) -> tuple[int, ...]:
+    """The ids of the tensors an op reads."""
+    if type(op) is ElementwiseOp:
+        return tuple(i for i in op.inputs if type(i) is int)
+    return op.inputs
+
+
+def outputs_of(op: OperationIr) -> tuple[TensorIr, ...]:
+    return (op.out,) if type(op) is ElementwiseOp else op.outputs
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """C-order strides, in elements."""
+    strides = []
+    step = 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def size_of(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n

@@ -1,0 +1,111 @@
+"""Finding OpenCL devices and choosing one (`FUSION_DEVICE`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyopencl as cl
+
+from ..errors import DeviceError
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One OpenCL device and the limits the server plans with."""
+
+    index: int  # position in `list_devices()`
+    platform: str
+    name: str
+    kind: str  # "GPU", "CPU", "ACCELERATOR", ...
+    compute_units: int
+    global_mem_bytes: int
+    max_alloc_bytes: int
+    max_parameter_bytes: int
+    max_work_group_size: int
+    fp64: bool
+    device: cl.Device
+
+    @property
+    def is_simulator(self) -> bool:
+        return "oclgrind" in self.platform.lower() or "oclgrind" in self.name.lower()
+
+    @property
+    def label(self) -> str:
+        return f"{self.platform} / {self.name}"
+
+    @property
+    def max_bindings(self) -> int:
+        """Kernel arguments that fit the device's parameter space (8 bytes each)."""
+        return max(6, self.max_parameter_bytes // 8)
+
+
+def _kind(dev: cl.Device) -> str:
+    for flag in ("GPU", "CPU", "ACCELERATOR"):
+        if dev.type & getattr(cl.device_type, flag):
+            return flag
+    return "OTHER"
+
+
+def list_devices() -> list[DeviceInfo]:
+    """Every OpenCL device of every platform, in platform order."""
+    out: list[DeviceInfo] = []
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error:
+        return out
+    for plat in platforms:
+        try:
+            devices = plat.get_devices()
+        except cl.Error:
+            continue
+        for dev in devices:
+            out.append(
+                DeviceInfo(
+                    index=len(out),
+                    platform=plat.name.strip(),
+                    name=dev.name.strip(),
+                    kind=_kind(dev),
+                    compute_units=dev.max_compute_units,
+                    global_mem_bytes=dev.global_mem_size,
+                    max_alloc_bytes=dev.max_mem_alloc_size,
+                    max_parameter_bytes=dev.max_parameter_size,
+                    max_work_group_size=dev.max_work_group_size,
+                    fp64=bool(dev.double_fp_config),
+                    device=dev,
+                )
+            )
+    return out
+
+
+def select_device(spec: str | int | None = None) -> DeviceInfo:
+    """The device named by `spec` (index or name substring), else the default.
+
+    The default is the first GPU that is not the Oclgrind simulator (it reports itself
+    as a GPU and runs kernels thousands of times slower), else PoCL's CPU device, else
+    any device but the simulator.
+    """
+    devices = list_devices()
+    if not devices:
+        raise DeviceError("no OpenCL device found (install the 'pocl' extra for a CPU device)")
+    if spec is not None and str(spec).strip() != "":
+        text = str(spec).strip()
+        if text.isdigit():
+            idx = int(text)
+            if idx >= len(devices):
+                raise DeviceError(f"FUSION_DEVICE={text}: only {len(devices)} devices exist")
+            return devices[idx]
+        for info in devices:
+            if text.lower() in info.label.lower():
+                return info
+        names = "; ".join(d.label for d in devices)
+        raise DeviceError(f"FUSION_DEVICE={text!r} matches no device (devices: {names})")
+    usable = [d for d in devices if not d.is_simulator]
+    for pick in (
+        lambda d: d.kind == "GPU",
+        lambda d: d.kind == "CPU" and "portable computing language" in d.platform.lower(),
+        lambda d: True,
+    ):
+        for info in usable:
+            if pick(info):
+                return info
+    raise DeviceError("only the Oclgrind simulator was found; name it in FUSION_DEVICE to use it")

@@ -1,0 +1,85 @@
+"""A pool of device buffers, so that a freed buffer serves the next allocation."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import pyopencl as cl
+
+from ..errors import DeviceMemoryError
+
+
+def bucket_size(nbytes: int) -> int:
+    """Allocation size class: 256-byte steps up to 64 KiB, then eighths of a power of 2.
+
+    Rounding lets a buffer serve slightly different sizes; the waste is at most 1/8.
+    """
+    n = max(nbytes, 1)
+    if n <= 65536:
+        return (n + 255) & ~255
+    step = 1 << (n.bit_length() - 4)
+    return (n + step - 1) // step * step
+
+
+class BufferPool:
+    """Free buffers by size class; at most `max_free_bytes` of them kept."""
+
+    def __init__(self, context: cl.Context, max_free_bytes: int):
+        self.context = context
+        self.max_free_bytes = max_free_bytes
+        self._free: OrderedDict[int, list[cl.Buffer]] = OrderedDict()
+        self.free_bytes = 0
+        self.live = 0  # buffers handed out and not yet returned
+        self.live_bytes = 0
+        self.peak_live_bytes = 0
+        self.allocations = 0  # real device allocations
+        self.reuses = 0
+
+    def alloc(self, nbytes: int) -> cl.Buffer:
+        size = bucket_size(nbytes)
+        bucket = self._free.get(size)
+        if bucket:
+            buf = bucket.pop()
+            self.free_bytes -= size
+            self.reuses += 1
+        else:
+            buf = self._create(size)
+        self.live += 1
+        self.live_bytes += size
+        self.peak_live_bytes = max(self.peak_live_bytes, self.live_bytes)
+        return buf
+
+    def _create(self, size: int) -> cl.Buffer:
+        try:
+            buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size)
+        except (cl.MemoryError, cl.LogicError, cl.RuntimeError) as first:
+            # Free everything we keep and try once more before giving up.
+            self.trim(0)
+            try:
+                buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size)
+            except (cl.MemoryError, cl.LogicError, cl.RuntimeError) as exc:
+                raise DeviceMemoryError(
+                    f"device allocation of {size} bytes failed ({self.live_bytes} bytes live): {exc}"
+                ) from first
+        self.allocations += 1
+        return buf
+
+    def free(self, buf: cl.Buffer, nbytes: int) -> None:
+        size = bucket_size(nbytes)
+        self.live -= 1
+        self.live_bytes -= size
+        self._free.setdefault(size, []).append(buf)
+        self._free.move_to_end(size)
+        self.free_bytes += size
+        if self.free_bytes > self.max_free_bytes:
+            self.trim(self.max_free_bytes)
+
+    def trim(self, keep_bytes: int) -> None:
+        """Release free buffers, least recently used size classes first."""
+        while self.free_bytes > keep_bytes and self._free:
+            size, bucket = next(iter(self._free.items()))
+            while bucket and self.free_bytes > keep_bytes:
+                bucket.pop().release()
+                self.free_bytes -= size
+            if not bucket:
+                del self._free[size]

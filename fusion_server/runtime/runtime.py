@@ -1,0 +1,55 @@
+"""One device's OpenCL state: context, the in-order queue, buffers, programs."""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+
+import numpy as np
+import pyopencl as cl
+
+from .device import DeviceInfo
+from .pool import BufferPool
+from .programs import ProgramCache
+
+
+class DeviceRuntime:
+    """Context, one in-order command queue (invariant 5), buffer pool, program cache."""
+
+    def __init__(self, info: DeviceInfo, dump_dir: str | None = None):
+        self.info = info
+        self.context = cl.Context([info.device])
+        self.queue = cl.CommandQueue(self.context)
+        # Keep at most a quarter of the device's memory in free buffers.
+        self.pool = BufferPool(self.context, max(info.global_mem_bytes // 4, 1 << 20))
+        self.programs = ProgramCache(self.context, dump_dir or os.environ.get("FUSION_DUMP_DIR"))
+        self._meta: OrderedDict[bytes, cl.Buffer] = OrderedDict()
+        # Work-items per work-group: CPUs run a work-group as a loop, so bigger groups
+        # amortize better; 256 suits GPUs.
+        self.local_size = min(256 if info.kind == "GPU" else 1024, info.max_work_group_size)
+
+    def metadata_buffer(self, values: tuple[int, ...]) -> cl.Buffer:
+        """A read-only int64 buffer holding `values`; recurring contents reuse one buffer."""
+        data = np.asarray(values, dtype=np.int64).tobytes()
+        buf = self._meta.get(data)
+        if buf is not None:
+            self._meta.move_to_end(data)
+            return buf
+        buf = cl.Buffer(
+            self.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=data
+        )
+        self._meta[data] = buf
+        if len(self._meta) > 4096:
+            self._meta.popitem(last=False)
+        return buf
+
+    def upload(self, buf: cl.Buffer, host: np.ndarray) -> cl.Event:
+        """Non-blocking copy of `host` into `buf`; pyopencl keeps `host` alive until done."""
+        return cl.enqueue_copy(self.queue, buf, host, is_blocking=False)
+
+    def download(self, host: np.ndarray, buf: cl.Buffer, byte_offset: int = 0) -> cl.Event:
+        """Non-blocking copy from `buf` into `host`; wait on the event before reading it."""
+        return cl.enqueue_copy(self.queue, host, buf, src_offset=byte_offset, is_blocking=False)
+
+    def marker(self) -> cl.Event:
+        return cl.enqueue_marker(self.queue)

@@ -1,0 +1,314 @@
+"""The fusion server of one device: handles, streams, fusers, kernels and launches.
+
+Every method assumes that the caller holds the client's lock (see clients/client.py);
+none of them waits for the device. Waiting happens in the client, after the release.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyopencl as cl
+
+from .codegen import elementwise as cg
+from .errors import FusionError, TensorFailedError
+from .fusers.base import Fuser, Plan
+from .fusers.custom_kernel import CustomKernelPlan
+from .fusers.elementwise import ElementwiseFuser, ElementwisePlan
+from .handles import FAILED, PENDING, READY, HandleContainer, Storage, span_of
+from .ir import CustomKernelOp, ElementwiseOp, OperationIr, TensorIr, ViewOp, outputs_of, tensor_inputs
+from .runtime import DeviceInfo, DeviceRuntime
+from .stream import Stream
+
+log = logging.getLogger("fusion_server")
+
+MODES = ("lazy", "eager")
+
+
+@dataclass
+class KernelRecord:
+    """One launch, as `inspect()` shows it."""
+
+    kind: str  # "elementwise", "custom", ...
+    ops: list[str]  # names of the ops it computes
+    bindings: int  # buffers + scalar and metadata arguments
+    name: str
+    items: int  # work-items launched
+
+
+@dataclass
+class Recorder:
+    kernels: list[KernelRecord] = field(default_factory=list)
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise FusionError(f"{name}={value!r} is not an integer") from None
+
+
+class FusionServer:
+    """Queues ops per stream, fuses them, and launches kernels on one device."""
+
+    def __init__(
+        self,
+        info: DeviceInfo,
+        mode: str | None = None,
+        max_bindings: int | None = None,
+        max_ops: int | None = None,
+    ):
+        self.info = info
+        self.runtime = DeviceRuntime(info)
+        self.handles = HandleContainer(self.runtime.pool.free)
+        self.streams: dict[int, Stream] = {}
+        self.mode = mode or os.environ.get("FUSION_MODE", "lazy").strip() or "lazy"
+        if self.mode not in MODES:
+            raise FusionError(f"FUSION_MODE={self.mode!r}: expected one of {MODES}")
+        self.max_bindings = max_bindings or _env_int("FUSION_MAX_BINDINGS") or info.max_bindings
+        if self.max_bindings < 6:
+            raise FusionError(f"max bindings {self.max_bindings} is below 6, the most one op needs")
+        self.max_ops = max_ops or _env_int("FUSION_MAX_OPS") or 64
+        self.fuser_factories: list[Callable[[FusionServer], Fuser]] = []
+        self.recorders: list[Recorder] = []
+        self.counters = {
+            "ops_registered": 0,
+            "kernels_launched": 0,
+            "inplace_reuses": 0,
+            "plan_hits": 0,
+            "blocks": 0,
+            "uploads": 0,
+            "reads": 0,
+            "failed_blocks": 0,
+        }
+
+    # -- streams ------------------------------------------------------------------
+    def _make_fusers(self) -> list[Fuser]:
+        ops = 1 if self.mode == "eager" else self.max_ops
+        fusers: list[Fuser] = [ElementwiseFuser(self.max_bindings, ops)]
+        if self.mode != "eager":
+            fusers.extend(factory(self) for factory in self.fuser_factories)
+        return fusers
+
+    def _single(self, op: OperationIr) -> Plan:
+        if type(op) is ElementwiseOp:
+            return ElementwisePlan([op], op.out.shape, self.max_bindings)
+        if type(op) is CustomKernelOp:
+            return CustomKernelPlan(op)
+        raise FusionError(f"no plan can run {type(op).__name__}")
+
+    def stream(self, stream_id: int) -> Stream:
+        s = self.streams.get(stream_id)
+        if s is None:
+            s = self.streams[stream_id] = Stream(stream_id, self._make_fusers(), self._single)
+        return s
+
+    def add_fuser(self, factory: Callable[[FusionServer], Fuser]) -> None:
+        """Offer every later block to a fuser made by `factory` too (streams are renewed)."""
+        for sid in list(self.streams):
+            self.flush_stream(sid, "fusers changed")
+        self.fuser_factories.append(factory)
+        self.streams.clear()
+
+    # -- registering work -----------------------------------------------------------
+    def register(self, stream_id: int, op: OperationIr) -> None:
+        """Queue `op` on a stream; blocks run as the fusers close them."""
+        self.counters["ops_registered"] += 1
+        entries = self.handles.entries
+        for tid in tensor_inputs(op):
+            entry = entries.get(tid) or self.handles.get(tid)
+            st = entry.storage
+            if st.status == PENDING and st.stream != stream_id:
+                # Its writer waits in another thread's queue: run that queue first, so the
+                # in-order device queue puts the write before this read.
+                self.flush_stream(st.stream, f"stream {stream_id} reads tensor {tid}")
+        for tid in tensor_inputs(op):
+            entries[tid].readers += 1
+        for out in outputs_of(op):
+            nbytes = max(int(np.prod(out.shape, dtype=np.int64)), 0) * out.dtype.itemsize
+            self.handles.add(out, self.handles.new_storage(nbytes, PENDING, stream_id))
+        self.stream(stream_id).register(op, self)
+
+    def upload(self, ir: TensorIr, host: np.ndarray) -> None:
+        """A tensor holding a copy of `host` (C-contiguous, ir's dtype); never waits."""
+        self.counters["uploads"] += 1
+        storage = self.handles.new_storage(host.nbytes, READY)
+        self.allocate(storage)
+        self.handles.add(ir, storage)
+        if host.nbytes:
+            self.runtime.upload(storage.buffer, host)
+
+    def view(self, op: ViewOp) -> None:
+        """A tensor that reads `op.source`'s storage through another layout; no copy."""
+        self.counters["ops_registered"] += 1
+        src = self.handles.get(op.source)
+        self.handles.add(op.out, src.storage, op.strides, op.offset)
+
+    def adopt(self, ir: TensorIr, buffer: cl.Buffer, nbytes: int, strides, offset: int) -> None:
+        """A tensor over a buffer the caller owns (never returned to the pool)."""
+        storage = self.handles.new_storage(nbytes, READY)
+        storage.buffer = buffer
+        storage.owned = False  # the owner's buffer: ours to read, not to recycle
+        self.handles.add(ir, storage, strides, offset)
+
+    def drop(self, tid: int) -> None:
+        self.handles.drop(tid)
+
+    # -- running blocks ---------------------------------------------------------------
+    def run_plan(self, plan: Plan) -> None:
+        self.counters["blocks"] += 1
+        try:
+            plan.execute(self)
+        except Exception as exc:  # whatever failed, only this block's outputs carry it
+            log.debug("block failed: %r", exc)
+            err = exc if isinstance(exc, FusionError) else TensorFailedError(
+                f"block ({', '.join(getattr(o, 'name', '?') for o in plan.ops)}) failed: {exc}"
+            )
+            if err is not exc:
+                err.__cause__ = exc
+            self.fail_storages(
+                [self.handles.entries[o.id].storage for op in plan.ops for o in outputs_of(op)
+                 if o.id in self.handles.entries],
+                err,
+            )
+        finally:
+            self.retire(plan.ops)
+
+    def retire(self, ops: list[OperationIr]) -> None:
+        """The ops ran (or failed): drop their reads and settle what they produced."""
+        entries = self.handles.entries
+        for op in ops:
+            for tid in tensor_inputs(op):
+                e = entries.get(tid)
+                if e is not None:
+                    e.readers -= 1
+                    self.handles.maybe_release(e)
+            for out in outputs_of(op):
+                e = entries.get(out.id)
+                if e is None:
+                    continue
+                st = e.storage
+                if st.status == PENDING:
+                    st.status = READY  # a value nobody needed: it never got a buffer
+                st.stream = None
+                self.handles.maybe_release(e)
+
+    def fail_storages(self, storages: list[Storage], error: BaseException) -> None:
+        self.counters["failed_blocks"] += 1
+        for st in storages:
+            st.status = FAILED
+            st.error = error
+            st.stream = None
+
+    def mark_ready(self, storages: list[Storage]) -> None:
+        for st in storages:
+            st.status = READY
+            st.stream = None
+
+    def allocate(self, storage: Storage) -> cl.Buffer:
+        storage.buffer = self.runtime.pool.alloc(storage.nbytes)
+        return storage.buffer
+
+    def kernel_for(self, spec: cg.KernelSpec) -> cl.Kernel:
+        kernel = self.runtime.programs.get(spec)
+        if kernel is None:
+            source, name = cg.generate(spec)
+            kernel = self.runtime.programs.build(spec, source, name)
+            index = np.int32 if spec.index == "int" else np.int64
+            arg_dtypes = [index]
+            arg_dtypes += [None] * (int(cg.has_metadata(spec)) + len(spec.outputs) + len(spec.inputs))
+            arg_dtypes += list(spec.scalars)
+            kernel.set_scalar_arg_dtypes(arg_dtypes)
+        return kernel
+
+    def launch(
+        self, kernel: cl.Kernel, items: int, args: list, kind: str, ops: list[str], bindings: int
+    ) -> None:
+        """Enqueue `kernel` over `items` work-items (padded to whole work-groups)."""
+        local = self.runtime.local_size
+        global_size = (items + local - 1) // local * local
+        kernel(self.runtime.queue, (global_size,), (local,), *args)
+        self.note_launch(kind, ops, bindings, kernel.function_name, items)
+
+    def note_launch(self, kind: str, ops: list[str], bindings: int, name: str, items: int) -> None:
+        self.counters["kernels_launched"] += 1
+        if self.recorders:
+            record = KernelRecord(kind, ops, bindings, name, items)
+            for rec in self.recorders:
+                rec.kernels.append(record)
+
+    # -- flushing and reading ----------------------------------------------------------
+    def flush_stream(self, stream_id: int | None, why: str = "flush") -> None:
+        s = self.streams.get(stream_id)
+        if s is not None:
+            s.flush(self, why)
+            if not s.queue:
+                del self.streams[stream_id]
+
+    def flush_all(self, why: str = "flush") -> None:
+        for sid in list(self.streams):
+            self.flush_stream(sid, why)
+
+    def ensure_written(self, tid: int) -> None:
+        """Run the queued work that writes `tid`; raise if it failed."""
+        entry = self.handles.get(tid)
+        st = entry.storage
+        if st.status == PENDING:
+            self.flush_stream(st.stream, f"tensor {tid} is read")
+        if st.status == FAILED:
+            raise TensorFailedError(f"tensor {tid} could not be computed: {st.error}") from st.error
+
+    def read(self, tid: int) -> tuple[np.ndarray, cl.Event | None, Callable[[], np.ndarray]]:
+        """Enqueue a copy of `tid` to the host: (host buffer, event, finish).
+
+        Wait on the event with the lock released, then call `finish()` for the array.
+        """
+        self.ensure_written(tid)
+        self.counters["reads"] += 1
+        entry = self.handles.get(tid)
+        shape, dtype = entry.ir.shape, entry.ir.dtype
+        lo, hi = span_of(shape, entry.strides, entry.offset)
+        host = np.empty(hi - lo, dtype)
+        if hi == lo:
+            return host, None, lambda: np.empty(shape, dtype)
+        event = self.runtime.download(host, entry.storage.buffer, lo * dtype.itemsize)
+        if entry.contiguous:
+            return host, event, lambda: host.reshape(shape)
+        strides = tuple(s * dtype.itemsize for s in entry.strides)
+        start = entry.offset - lo
+
+        def finish() -> np.ndarray:
+            return np.lib.stride_tricks.as_strided(host[start:], shape, strides).copy()
+
+        return host, event, finish
+
+    def sync(self, stream_id: int) -> cl.Event:
+        """Run this stream's queue; an event that completes after all enqueued work."""
+        self.flush_stream(stream_id, "sync")
+        return self.runtime.marker()
+
+    def stats(self) -> dict:
+        pool = self.runtime.pool
+        progs = self.runtime.programs
+        return {
+            **self.counters,
+            "compiles": progs.compiles,
+            "compile_seconds": round(progs.compile_seconds, 4),
+            "buffers_live": pool.live,
+            "bytes_live": pool.live_bytes,
+            "peak_bytes_live": pool.peak_live_bytes,
+            "buffers_allocated": pool.allocations,
+            "buffer_reuses": pool.reuses,
+            "tensors_live": len(self.handles.entries),
+            "pending_ops": sum(len(s.queue) for s in self.streams.values()),
+            "mode": self.mode,
+            "max_bindings": self.max_bindings,
+            "device": self.info.label,
+        }
