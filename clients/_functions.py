@@ -160,6 +160,14 @@ def binary(name: str, a: Any, b: Any) -> Tensor:
         out = _new(client, shape, out_dtype)
         client.register(ElementwiseOp(name, (a._id, b._id), compute, out))
         return Tensor._make(client, out.id, shape, out_dtype)
+    if ta and type(b) in _PY_SCALARS:  # the common `x * 2.0`
+        dtype = dt.promote_scalar(a.dtype, b)
+        compute, out_dtype = _resolve(name, dtype)
+        client = a._client
+        out = _new(client, a.shape, out_dtype)
+        scalar = Scalar(dt.scalar_value(b, dtype), dtype)
+        client.register(ElementwiseOp(name, (a._id, scalar), compute, out))
+        return Tensor._make(client, out.id, a.shape, out_dtype)
     if ta and _is_scalar(b) or tb and _is_scalar(a):
         t = a if ta else b
         dtype = _promote((a, b))

@@ -37,14 +37,16 @@ class Storage:
 class Entry:
     __slots__ = ("ir", "storage", "strides", "offset", "alive", "readers", "contiguous")
 
-    def __init__(self, ir: TensorIr, storage: Storage, strides: tuple[int, ...], offset: int):
+    def __init__(
+        self, ir: TensorIr, storage: Storage, strides: tuple[int, ...], offset: int, contiguous: bool
+    ):
         self.ir = ir
         self.storage = storage
         self.strides = strides
         self.offset = offset
         self.alive = True  # the client still holds a handle
         self.readers = 0  # queued ops that read it
-        self.contiguous = offset == 0 and strides == contiguous_strides(ir.shape)
+        self.contiguous = contiguous  # C-contiguous from offset 0
         storage.refs += 1
 
 
@@ -93,8 +95,16 @@ class HandleContainer:
                 f"{offset}) reaches elements [{lo}, {hi}) outside its buffer of "
                 f"{storage.nbytes // itemsize} elements"
             )
-        entry = Entry(ir, storage, tuple(strides), offset)
-        self.entries[ir.id] = entry
+        strides = tuple(strides)
+        contiguous = offset == 0 and strides == contiguous_strides(ir.shape)
+        entry = self.entries[ir.id] = Entry(ir, storage, strides, offset, contiguous)
+        return entry
+
+    def add_pending(self, ir: TensorIr, stream: int) -> Entry:
+        """A contiguous tensor that a queued op in `stream` will write."""
+        self.storages_live += 1
+        storage = Storage(size_of(ir.shape) * ir.dtype.itemsize, PENDING, stream)
+        entry = self.entries[ir.id] = Entry(ir, storage, contiguous_strides(ir.shape), 0, True)
         return entry
 
     def drop(self, tid: int) -> None:

@@ -69,7 +69,7 @@ OperationIr = Union[ElementwiseOp, CustomKernelOp]
 def tensor_inputs(op: OperationIr) -> tuple[int, ...]:
     """The ids of the tensors an op reads."""
     if type(op) is ElementwiseOp:
-        return tuple(i for i in op.inputs if type(i) is int)
+        return tuple([i for i in op.inputs if type(i) is int])
     return op.inputs
 
 
@@ -77,8 +77,20 @@ def outputs_of(op: OperationIr) -> tuple[TensorIr, ...]:
     return (op.out,) if type(op) is ElementwiseOp else op.outputs
 
 
+_STRIDES: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     """C-order strides, in elements."""
+    out = _STRIDES.get(shape)
+    if out is None:
+        out = _compute_strides(shape)
+        if len(_STRIDES) < 65536:
+            _STRIDES[shape] = out
+    return out
+
+
+def _compute_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides = []
     step = 1
     for n in reversed(shape):

@@ -122,19 +122,23 @@ class FusionServer:
         """Queue `op` on a stream; blocks run as the fusers close them."""
         self.counters["ops_registered"] += 1
         entries = self.handles.entries
-        for tid in tensor_inputs(op):
+        for tid in op.inputs if type(op) is ElementwiseOp else tensor_inputs(op):
+            if type(tid) is not int:
+                continue  # a scalar operand
             entry = entries.get(tid) or self.handles.get(tid)
             st = entry.storage
             if st.status == PENDING and st.stream != stream_id:
                 # Its writer waits in another thread's queue: run that queue first, so the
                 # in-order device queue puts the write before this read.
                 self.flush_stream(st.stream, f"stream {stream_id} reads tensor {tid}")
-        for tid in tensor_inputs(op):
-            entries[tid].readers += 1
-        for out in outputs_of(op):
-            nbytes = max(int(np.prod(out.shape, dtype=np.int64)), 0) * out.dtype.itemsize
-            self.handles.add(out, self.handles.new_storage(nbytes, PENDING, stream_id))
-        self.stream(stream_id).register(op, self)
+            entry.readers += 1
+        if type(op) is ElementwiseOp:
+            self.handles.add_pending(op.out, stream_id)
+        else:
+            for out in outputs_of(op):
+                self.handles.add_pending(out, stream_id)
+        stream = self.streams.get(stream_id) or self.stream(stream_id)
+        stream.register(op, self)
 
     def upload(self, ir: TensorIr, host: np.ndarray) -> None:
         """A tensor holding a copy of `host` (C-contiguous, ir's dtype); never waits."""

@@ -29,10 +29,6 @@ VECTOR_WIDTH = 4
 INT32_LIMIT = 2**31 - 1
 
 
-def _needs_metadata(entry: Entry, shape: tuple[int, ...]) -> bool:
-    return not (entry.contiguous and entry.ir.shape == shape)
-
-
 class ElementwiseFuser:
     """Claims consecutive element-wise ops with one output shape, within the limits."""
 
@@ -64,10 +60,6 @@ class ElementwiseFuser:
     def score(self) -> int:
         return len(self.ops)
 
-    def _bindings(self, new_inputs: int, new_scalars: int, meta: bool, outputs: int) -> int:
-        # n, the metadata buffer, inputs, scalars, outputs.
-        return 1 + int(meta) + len(self.inputs) + new_inputs + self.n_scalars + new_scalars + outputs
-
     def _count_outputs(self, server: FusionServer) -> int:
         entries = server.handles.entries
         count = 0
@@ -83,39 +75,44 @@ class ElementwiseFuser:
         if type(op) is not ElementwiseOp:
             return self._close(f"{type(op).__name__} is not element-wise")
         shape = op.out.shape
-        if self.ops:
+        ops = self.ops
+        if ops:
             if shape != self.shape:
                 return self._close(f"shape {shape} differs from the block's {self.shape}")
-            if len(self.ops) >= self.max_ops:
+            if len(ops) >= self.max_ops:
                 return self._close(f"max ops per kernel ({self.max_ops}) reached")
+        entries = server.handles.entries
+        values, inputs, reads = self.values, self.inputs, self.reads
         new_ids: list[int] = []
         new_scalars = 0
         meta = self.meta
         for operand in op.inputs:
             if type(operand) is int:
-                if operand in self.values or operand in self.inputs or operand in new_ids:
+                if operand in values or operand in inputs or operand in new_ids:
                     continue
-                entry = server.handles.get(operand)
+                entry = entries[operand]
                 if entry.storage in self.storages:
                     return self._close("reads a view of a value computed in this block")
                 new_ids.append(operand)
-                meta = meta or _needs_metadata(entry, shape)
+                if not meta and not (entry.contiguous and entry.ir.shape == shape):
+                    meta = True
             else:
                 new_scalars += 1
-        limit = self.max_bindings
-        if self._bindings(len(new_ids), new_scalars, meta, self.outputs_bound + 1) > limit:
+        # n, the metadata buffer, inputs, scalars, outputs.
+        fixed = 1 + meta + len(inputs) + len(new_ids) + self.n_scalars + new_scalars
+        if ops and fixed + self.outputs_bound + 1 > self.max_bindings:
             self.outputs_bound = self._count_outputs(server)
-            if self._bindings(len(new_ids), new_scalars, meta, self.outputs_bound + 1) > limit:
-                if self.ops:  # a lone op always runs, whatever it needs
-                    return self._close(f"binding limit ({limit}) reached")
-        self.ops.append(op)
+            if fixed + self.outputs_bound + 1 > self.max_bindings:
+                # (A lone op always runs, whatever it needs.)
+                return self._close(f"binding limit ({self.max_bindings}) reached")
+        ops.append(op)
         self.shape = shape
-        self.values.add(op.out.id)
-        self.storages.add(server.handles.entries[op.out.id].storage)
-        self.inputs.update(new_ids)
+        values.add(op.out.id)
+        self.storages.add(entries[op.out.id].storage)
+        inputs.update(new_ids)
         for operand in op.inputs:
             if type(operand) is int:
-                self.reads[operand] = self.reads.get(operand, 0) + 1
+                reads[operand] = reads.get(operand, 0) + 1
         self.n_scalars += new_scalars
         self.meta = meta
         self.outputs_bound += 1
