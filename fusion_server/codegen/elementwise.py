@@ -100,7 +100,8 @@ def _op_expr(spec: KernelSpec, op: TraceOp, j: int, width: int) -> list[str]:
         idx = "IDX" if width == 1 else f"IDX{width}"
         lanes = ", ".join(str(k) for k in range(width))
         flat = "idx" if width == 1 else f"(({idx})(idx) + ({idx})({lanes}))"
-        return [f"const {T} v{j} = {ex.cast(flat, np.dtype(np.int64), op.out, width)};"]
+        flat_dtype = dt.int32 if spec.index == "int" else dt.int64
+        return [f"const {T} v{j} = {ex.cast(flat, flat_dtype, op.out, width)};"]
     if op.name == "cast":
         return [f"const {T} v{j} = {ex.cast(args[0][0], args[0][1], op.out, width)};"]
     if op.name == "where":

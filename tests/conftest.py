@@ -1,0 +1,59 @@
+"""Shared fixtures: the default device's client and helpers to read its counters."""
+
+from __future__ import annotations
+
+import gc
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+
+import clients
+
+
+@pytest.fixture
+def client():
+    return clients.client_for()
+
+
+@pytest.fixture
+def server(client):
+    return client.server
+
+
+def settle() -> None:
+    """Collect garbage and drain the drop inbox, so buffers_live is exact."""
+    gc.collect()
+    clients.sync()
+
+
+@pytest.fixture
+def baseline():
+    """buffers_live before the test; the test may compare against it at its end."""
+    settle()
+    return clients.stats()["buffers_live"]
+
+
+@contextmanager
+def server_settings(**settings):
+    """Temporarily change server attributes (max_bindings, max_ops, mode); streams renew."""
+    c = clients.client_for()
+
+    def apply(server, values):
+        server.flush_all("settings change")
+        old = {k: getattr(server, k) for k in values}
+        for k, v in values.items():
+            setattr(server, k, v)
+        server.streams.clear()
+        return old
+
+    old = c.call(apply, settings)
+    try:
+        yield c.server
+    finally:
+        c.call(apply, old)
+
+
+def rand(shape, dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(shape).astype(dtype)
