@@ -1,0 +1,163 @@
+"""Threads: reads wait outside the lock, streams see each other's values, no re-entry."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import threading
+
+import numpy as np
+import pytest
+
+import clients
+from fusion_server.runtime import waits
+from tests.conftest import rand
+
+TIMEOUT = 60
+
+
+def run_thread(fn, *args):
+    """Run fn on a thread; return (thread, result box)."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = fn(*args)
+        except BaseException as exc:  # re-raised by the test
+            box["error"] = exc
+
+    th = threading.Thread(target=target, daemon=True)
+    th.start()
+    return th, box
+
+
+def joined(th, box):
+    th.join(TIMEOUT)
+    assert not th.is_alive(), "thread did not finish"
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def test_a_waiting_read_does_not_block_other_threads(client):
+    """While thread A waits in a read, thread B registers and launches work."""
+    a_waiting = threading.Event()
+    b_done = threading.Event()
+    data = rand(1 << 16)
+    x = clients.asarray(data)
+    reader_ident: list[int] = []
+
+    def guard():
+        if reader_ident and threading.get_ident() == reader_ident[0]:
+            a_waiting.set()
+            # A stays in its wait until B has done its work: if A held the lock, B
+            # could not register or launch and this wait would time out.
+            assert b_done.wait(TIMEOUT), "thread B could not work while A was reading"
+
+    def reader():
+        reader_ident.append(threading.get_ident())
+        return (clients.exp(x) * 2.0).numpy()
+
+    waits.guards.append(guard)
+    try:
+        th_a, box_a = run_thread(reader)
+        assert a_waiting.wait(TIMEOUT)
+
+        def other_work():
+            launched = clients.stats()["kernels_launched"]
+            y = clients.sin(x) + 1.0
+            clients.flush()
+            return clients.stats()["kernels_launched"] - launched, y
+
+        th_b, box_b = run_thread(other_work)
+        launched, y = joined(th_b, box_b)
+        b_done.set()
+        assert launched == 1
+        got = joined(th_a, box_a)
+    finally:
+        waits.guards.remove(guard)
+    np.testing.assert_allclose(got, np.exp(data) * 2, rtol=1e-5)
+    np.testing.assert_allclose(y.numpy(), np.sin(data) + 1, rtol=1e-5, atol=1e-6)
+
+
+def test_waiting_under_the_lock_is_refused(client):
+    with pytest.raises(clients.FusionError, match="holding the server lock"):
+        client.call(lambda server: waits.wait(None))
+
+
+def test_tensor_from_another_threads_queue():
+    """B uses a tensor still queued in A's stream: A's work is flushed first."""
+    a = rand(1000)
+    made = threading.Event()
+    used = threading.Event()
+    box: dict = {}
+
+    def producer():
+        x = clients.asarray(a)
+        box["t"] = clients.exp(x) + 1.0  # queued in this thread's stream only
+        made.set()
+        assert used.wait(TIMEOUT)
+
+    th = threading.Thread(target=producer, daemon=True)
+    th.start()
+    assert made.wait(TIMEOUT)
+    assert clients.stats()["pending_ops"] >= 1
+    out = (box["t"] * 2.0).numpy()
+    used.set()
+    th.join(TIMEOUT)
+    np.testing.assert_allclose(out, (np.exp(a) + 1) * 2, rtol=1e-5)
+
+
+def test_many_threads_compute_correct_values():
+    n_threads = 8
+    barrier = threading.Barrier(n_threads, timeout=TIMEOUT)
+    shared = clients.asarray(rand(777, seed=99))
+
+    def work(seed):
+        a = rand(777, seed=seed)
+        barrier.wait()
+        x = clients.asarray(a)
+        results = []
+        for i in range(20):
+            y = clients.tanh(x * float(i) + shared) - x
+            if i % 5 == 0:
+                results.append((i, y.numpy()))
+        return a, results
+
+    threads = [run_thread(work, s) for s in range(n_threads)]
+    s = rand(777, seed=99)
+    for th, box in threads:
+        a, results = joined(th, box)
+        for i, got in results:
+            np.testing.assert_allclose(got, np.tanh(a * np.float32(i) + s) - a, rtol=1e-5, atol=1e-6)
+
+
+def test_reentry_from_under_the_lock_raises(client):
+    original = client.server.register
+
+    def register_calling_back(stream_id, op):
+        clients.asarray([1.0])  # a fuser or launch function calling the client
+
+    client.server.register = register_calling_back
+    try:
+        with pytest.raises(clients.ReentrancyError, match="under its own lock"):
+            clients.asarray([1.0, 2.0]) + 1.0
+    finally:
+        client.server.register = original
+    # The server stays usable.
+    np.testing.assert_allclose((clients.asarray([1.0, 2.0]) * 2.0).numpy(), [2.0, 4.0])
+
+
+def test_no_blocking_call_outside_the_wait_module():
+    """Invariant 1, structurally: every device wait goes through runtime/waits.py."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    pattern = re.compile(r"\.wait\(\)|\.finish\(\)|is_blocking=True|\bcl\.wait_for_events\(")
+    offenders = []
+    for pkg in ("fusion_server", "clients"):
+        for path in (root / pkg).rglob("*.py"):
+            if path.name == "waits.py":
+                continue
+            for no, line in enumerate(path.read_text().splitlines(), 1):
+                if pattern.search(line):
+                    offenders.append(f"{path.relative_to(root)}:{no}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)

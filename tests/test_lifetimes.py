@@ -1,0 +1,119 @@
+"""Buffers live exactly as long as needed (invariant 4); drops never take the lock (2)."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+
+import clients
+from tests.conftest import rand, settle
+
+
+def test_buffers_return_to_baseline_after_drops(baseline):
+    xs = [clients.asarray(rand(1000, seed=i)) for i in range(5)]
+    ys = [clients.exp(x) * 2.0 for x in xs]
+    for y in ys:
+        y.numpy()
+    assert clients.stats()["buffers_live"] >= baseline + 10
+    del xs, ys, y
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
+
+
+def test_input_dropped_before_its_reader_runs_stays_valid(baseline):
+    a = rand(500)
+    x = clients.asarray(a)
+    y = clients.sqrt(clients.abs(x)) + 1.0  # queued, not run
+    del x
+    gc.collect()
+    np.testing.assert_allclose(y.numpy(), np.sqrt(np.abs(a)) + 1, rtol=1e-6)
+    del y
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
+
+
+def test_freed_buffers_are_reused():
+    x = clients.asarray(rand(4096))
+    (x + 1.0).numpy()
+    settle()
+    before = clients.stats()
+    for _ in range(20):
+        (x * 2.0 + 1.0).numpy()
+    after = clients.stats()
+    assert after["buffers_allocated"] == before["buffers_allocated"]
+    assert after["buffer_reuses"] >= before["buffer_reuses"] + 20
+
+
+def test_tensors_dropped_from_another_thread(baseline):
+    made = [clients.asarray(rand(100, seed=i)) * 3.0 for i in range(20)]
+    for t in made:
+        t.numpy()
+    box = {"tensors": made}
+    del made, t
+    barrier = threading.Barrier(2, timeout=30)
+
+    def dropper():
+        barrier.wait()
+        box.clear()  # the last references go away on this thread
+
+    th = threading.Thread(target=dropper)
+    th.start()
+    barrier.wait()
+    th.join(30)
+    assert not th.is_alive()
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
+
+
+class _Cycle:
+    """Garbage only the cycle collector can free: its tensor dies in a `gc` pass."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+        self.me = self
+
+
+def test_garbage_collected_inside_a_locked_section(client, baseline):
+    for i in range(10):
+        _Cycle(clients.asarray(rand(64, seed=i)) + 1.0)
+    collected = []
+    inside = []
+    original = client.server.register
+
+    def register_with_gc(stream_id, op):
+        # The collector runs while this thread holds the server lock: the __del__ of the
+        # cycles' tensors must not try to take it.
+        inside.append(client.holds_lock())
+        collected.append(gc.collect())
+        return original(stream_id, op)
+
+    client.server.register = register_with_gc
+    try:
+        y = clients.asarray(rand(64)) * 2.0
+    finally:
+        del client.server.register
+    assert inside == [True] and collected[0] > 0
+    np.testing.assert_allclose(y.numpy(), rand(64) * 2, rtol=1e-6)
+    del y
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
+
+
+def test_long_mixed_run_does_not_leak(baseline):
+    rng = np.random.default_rng(7)
+    keep = []
+    for step in range(300):
+        a = clients.asarray(rng.standard_normal(int(rng.integers(1, 300))).astype(np.float32))
+        b = clients.tanh(a) * float(step) + a
+        if step % 3 == 0:
+            keep.append(b)
+        if step % 7 == 0:
+            b.numpy()
+        if len(keep) > 10:
+            keep.pop(0)
+    del a, b, keep
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
+    assert clients.stats()["pending_ops"] == 0
