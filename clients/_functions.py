@@ -16,7 +16,7 @@ import numpy as np
 
 from fusion_server import dtypes as dt
 from fusion_server import opset
-from fusion_server.errors import DeviceError
+from fusion_server.errors import DeviceError, DeviceMemoryError
 from fusion_server.ir import ElementwiseOp, Scalar, TensorIr, ViewOp, contiguous_strides
 
 from .client import FusionClient
@@ -31,6 +31,13 @@ _PY_SCALARS = (bool, int, float)
 def _new(client: FusionClient, shape: tuple[int, ...], dtype: np.dtype) -> TensorIr:
     if dtype is dt.float64 and not client.fp64:
         raise DeviceError(f"device {client.server.info.name!r} has no float64 support")
+    if len(shape) > 1 or (shape and shape[0] > 1 << 24):
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes > client.server.info.max_alloc_bytes:
+            raise DeviceMemoryError(
+                f"a {dtype.name} tensor of shape {shape} needs {nbytes} bytes; the device "
+                f"allows at most {client.server.info.max_alloc_bytes} in one buffer"
+            )
     return TensorIr(next(_ids), shape, dtype)
 
 
@@ -493,7 +500,7 @@ def squeeze(x: Tensor, axis: int | Sequence[int] | None = None) -> Tensor:
 def broadcast_to(x: Tensor, shape: Any) -> Tensor:
     """x repeated to `shape` without copying (stride 0 along the new dimensions)."""
     shape = _shape_arg(shape)
-    if broadcast_shapes(x.shape, shape) != shape:
+    if len(shape) < x.ndim or any(n != 1 and n != m for n, m in zip(x.shape[::-1], shape[::-1])):
         raise ValueError(f"cannot broadcast shape {x.shape} to {shape}")
     pad = len(shape) - x.ndim
     st = x.strides_elements

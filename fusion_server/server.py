@@ -122,15 +122,13 @@ class FusionServer:
         """Queue `op` on a stream; blocks run as the fusers close them."""
         self.counters["ops_registered"] += 1
         entries = self.handles.entries
-        for tid in op.inputs if type(op) is ElementwiseOp else tensor_inputs(op):
-            if type(tid) is not int:
-                continue  # a scalar operand
-            entry = entries.get(tid) or self.handles.get(tid)
+        reads = [entries.get(t) or self.handles.get(t) for t in tensor_inputs(op)]  # raises first
+        for entry in reads:
             st = entry.storage
             if st.status == PENDING and st.stream != stream_id:
                 # Its writer waits in another thread's queue: run that queue first, so the
                 # in-order device queue puts the write before this read.
-                self.flush_stream(st.stream, f"stream {stream_id} reads tensor {tid}")
+                self.flush_stream(st.stream, f"stream {stream_id} reads tensor {entry.ir.id}")
             entry.readers += 1
         if type(op) is ElementwiseOp:
             self.handles.add_pending(op.out, stream_id)
