@@ -1,0 +1,71 @@
+"""Device choice: FUSION_DEVICE by index or name, GPUs first, never the simulator by default."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import clients
+from fusion_server.errors import DeviceError
+from fusion_server.runtime import device as device_mod
+
+
+def fake(index, platform, name, kind):
+    real = clients.devices()[0].info
+    return dataclasses.replace(real, index=index, platform=platform, name=name, kind=kind)
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    listing = [
+        fake(0, "Oclgrind", "Oclgrind Simulator", "GPU"),
+        fake(1, "Portable Computing Language", "pthread-cpu", "CPU"),
+        fake(2, "NVIDIA CUDA", "NVIDIA H200", "GPU"),
+    ]
+    monkeypatch.setattr(device_mod, "list_devices", lambda: listing)
+    return listing
+
+
+def test_default_prefers_a_real_gpu_over_the_simulator(machine):
+    assert device_mod.select_device(None).name == "NVIDIA H200"
+
+
+def test_default_falls_back_to_pocl(machine):
+    del machine[2]
+    assert device_mod.select_device(None).name == "pthread-cpu"
+
+
+def test_simulator_only_when_named(machine):
+    assert device_mod.select_device("oclgrind").name == "Oclgrind Simulator"
+    del machine[1:]
+    with pytest.raises(DeviceError, match="only the Oclgrind simulator"):
+        device_mod.select_device(None)
+
+
+def test_select_by_index_and_substring(machine):
+    assert device_mod.select_device("1").name == "pthread-cpu"
+    assert device_mod.select_device("nvidia").name == "NVIDIA H200"
+
+
+def test_unknown_device_lists_what_exists(machine):
+    with pytest.raises(DeviceError, match="matches no device.*NVIDIA H200"):
+        device_mod.select_device("tpu")
+    with pytest.raises(DeviceError, match="only 3 devices"):
+        device_mod.select_device("7")
+
+
+def test_devices_list_their_limits():
+    devs = clients.devices()
+    assert devs
+    limits = devs[0].limits
+    assert limits["max_bindings"] >= 6
+    assert limits["global_mem_bytes"] > 0
+    assert isinstance(devs[0].fp64, bool)
+
+
+def test_one_server_per_device():
+    x = clients.asarray([1.0])
+    assert clients.client_for(x.device) is clients.client_for()
+    assert clients.client_for(x.device.index) is x._client
+    assert x.device == clients.default_device()
