@@ -27,6 +27,8 @@ from .stream import Stream
 log = logging.getLogger("fusion_server")
 
 MODES = ("lazy", "eager")
+# float32 division and sqrt rounded like numpy's (some drivers default to a few ulp off).
+BUILD_OPTIONS = ("-cl-fp32-correctly-rounded-divide-sqrt",)
 
 
 @dataclass
@@ -222,7 +224,7 @@ class FusionServer:
         kernel = self.runtime.programs.get(spec)
         if kernel is None:
             source, name = cg.generate(spec)
-            kernel = self.runtime.programs.build(spec, source, name)
+            kernel = self.runtime.programs.build(spec, source, name, BUILD_OPTIONS)
             index = np.int32 if spec.index == "int" else np.int64
             arg_dtypes = [index]
             arg_dtypes += [None] * (int(cg.has_metadata(spec)) + len(spec.outputs) + len(spec.inputs))

