@@ -62,11 +62,12 @@ class FusionClient:
         self._lock.acquire()
         self._owner = me
         drops = self.drops
-        if drops:
-            server = self.server
+        server = self.server
+        if drops or server.ended_streams:
             try:
                 while drops:
                     server.drop(drops.popleft())
+                server.flush_ended_streams()
             except BaseException:
                 self._exit()
                 raise

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -47,6 +49,19 @@ class Recorder:
     kernels: list[KernelRecord] = field(default_factory=list)
 
 
+class _ThreadEndMark:
+    """Lives in a thread's local storage; when the thread ends, names its stream."""
+
+    __slots__ = ("inbox", "stream_id")
+
+    def __init__(self, inbox: deque, stream_id: int):
+        self.inbox = inbox
+        self.stream_id = stream_id
+
+    def __del__(self) -> None:
+        self.inbox.append(self.stream_id)  # no lock: the next locked section flushes it
+
+
 def _env_int(name: str) -> int | None:
     value = os.environ.get(name, "").strip()
     if not value:
@@ -79,6 +94,8 @@ class FusionServer:
             raise FusionError(f"max bindings {self.max_bindings} is below 6, the most one op needs")
         self.max_ops = max_ops or _env_int("FUSION_MAX_OPS") or 64
         self.fuser_factories: list[Callable[[FusionServer], Fuser]] = []
+        self._thread_marks = threading.local()
+        self.ended_streams: deque[int] = deque()  # filled by _ThreadEndMark, without the lock
         self.recorders: list[Recorder] = []
         self.counters = {
             "ops_registered": 0,
@@ -107,10 +124,18 @@ class FusionServer:
         raise FusionError(f"no plan can run {type(op).__name__}")
 
     def stream(self, stream_id: int) -> Stream:
+        """The calling thread's stream (`stream_id` is its thread id)."""
         s = self.streams.get(stream_id)
         if s is None:
             s = self.streams[stream_id] = Stream(stream_id, self._make_fusers(), self._single)
+            if getattr(self._thread_marks, "mark", None) is None:
+                self._thread_marks.mark = _ThreadEndMark(self.ended_streams, stream_id)
         return s
+
+    def flush_ended_streams(self) -> None:
+        """Run what threads that have ended left queued (their dead values are skipped)."""
+        while self.ended_streams:
+            self.flush_stream(self.ended_streams.popleft(), "its thread ended")
 
     def add_fuser(self, factory: Callable[[FusionServer], Fuser]) -> None:
         """Offer every later block to a fuser made by `factory` too (streams are renewed)."""

@@ -117,3 +117,19 @@ def test_long_mixed_run_does_not_leak(baseline):
     settle()
     assert clients.stats()["buffers_live"] == baseline
     assert clients.stats()["pending_ops"] == 0
+
+
+def test_work_left_by_an_ended_thread_is_released(baseline):
+    def leave_work_behind():
+        x = clients.asarray(rand(100))
+        y = clients.exp(x) * 2.0  # queued in this thread's stream, never read
+        del x, y
+
+    for _ in range(3):
+        th = threading.Thread(target=leave_work_behind)
+        th.start()
+        th.join(30)
+    settle()
+    stats = clients.stats()
+    assert stats["pending_ops"] == 0
+    assert stats["buffers_live"] == baseline

@@ -1,0 +1,135 @@
+"""Many threads build random element-wise graphs over shared tensors, read and drop them.
+
+Every read is checked against numpy. The run lasts STRESS_SECONDS (default 10); the seed
+is printed and can be replayed with STRESS_SEED.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import random
+import threading
+import time
+
+import numpy as np
+
+import clients
+
+THREADS = int(os.environ.get("STRESS_THREADS", "16"))
+SHAPES = [(64,), (8, 64), (1, 64), (8, 1), (3, 5, 64)]
+
+UNARY = [
+    ("tanh", clients.tanh, np.tanh),
+    ("sin", clients.sin, np.sin),
+    ("abs", clients.abs, np.abs),
+    ("half", lambda x: x * 0.5, lambda x: x * np.float32(0.5)),
+    ("neg", lambda x: -x, lambda x: -x),
+    ("sq", lambda x: clients.sqrt(x * x + 1.0), lambda x: np.sqrt(x * x + np.float32(1.0))),
+]
+BINARY = [
+    ("add", lambda a, b: a + b, lambda a, b: a + b),
+    ("mul", lambda a, b: a * b, lambda a, b: a * b),
+    ("max", clients.maximum, np.maximum),
+    ("where", lambda a, b: clients.where(a > b, a, b * 0.25), lambda a, b: np.where(a > b, a, b * np.float32(0.25))),
+]
+
+
+class SharedPool:
+    """Tensors and their expected values, shared by every thread."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[clients.Tensor, np.ndarray]] = []
+        self.lock = threading.Lock()
+
+    def put(self, t, v) -> None:
+        if not np.all(np.abs(v) < 1e4):
+            return  # keep values where float32 and numpy's functions agree closely
+        with self.lock:
+            self.items.append((t, v))
+            if len(self.items) > 64:
+                self.items.pop(0)  # dropped here, perhaps while another thread uses it
+
+    def pick(self, rng: random.Random):
+        with self.lock:
+            return rng.choice(self.items) if self.items else None
+
+
+def worker(seed: int, pool: SharedPool, deadline: float, tally: dict, errors: list) -> None:
+    rng = random.Random(seed)
+    nrng = np.random.default_rng(seed)
+    local = {"ops": 0, "reads": 0}
+    try:
+        while time.monotonic() < deadline:
+            roll = rng.random()
+            if roll < 0.15 or not pool.items:
+                v = nrng.standard_normal(rng.choice(SHAPES)).astype(np.float32)
+                pool.put(clients.asarray(v), v)
+            elif roll < 0.5:
+                t, v = pool.pick(rng)
+                name, f, g = rng.choice(UNARY)
+                pool.put(f(t), g(v))
+                local["ops"] += 1
+            elif roll < 0.8:
+                (a, va), (b, vb) = pool.pick(rng), pool.pick(rng)
+                name, f, g = rng.choice(BINARY)
+                try:
+                    expected = g(va, vb)
+                except ValueError:
+                    continue  # shapes that do not broadcast: numpy refuses too
+                pool.put(f(a, b), expected)
+                local["ops"] += 1
+            elif roll < 0.9:
+                t, v = pool.pick(rng)
+                if t.ndim >= 1 and t.shape[-1] > 2:
+                    pool.put(t[..., ::2] * 1.0, v[..., ::2])
+            else:
+                t, v = pool.pick(rng)
+                got = t.numpy()
+                local["reads"] += 1
+                if not np.allclose(got, v, rtol=1e-4, atol=1e-5):
+                    errors.append(f"mismatch (seed {seed}): got {got.ravel()[:4]}, want {v.ravel()[:4]}")
+    except BaseException as exc:  # reported by the test
+        errors.append(f"seed {seed}: {exc!r}")
+    with pool.lock:
+        for k in local:
+            tally[k] = tally.get(k, 0) + local[k]
+
+
+def test_random_graphs_from_many_threads():
+    seconds = float(os.environ.get("STRESS_SECONDS", "10"))
+    seed = int(os.environ.get("STRESS_SEED", str(random.randrange(1 << 30))))
+    print(f"\nstress: {THREADS} threads, {seconds} s, STRESS_SEED={seed}")
+    gc.collect()
+    clients.sync()
+    baseline = clients.stats()["buffers_live"]
+    pool = SharedPool()
+    tally: dict = {}
+    errors: list = []
+    deadline = time.monotonic() + seconds
+    barrier = threading.Barrier(THREADS, timeout=60)
+
+    def run(i):
+        barrier.wait()
+        worker(seed + i, pool, deadline, tally, errors)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(THREADS)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(seconds + 120)
+    hung = sum(th.is_alive() for th in threads)
+    # Every value still held must read back right.
+    errors.extend(
+        "final mismatch" for t, v in pool.items if not np.allclose(t.numpy(), v, rtol=1e-4, atol=1e-5)
+    )
+    pool.items.clear()
+    gc.collect()
+    clients.sync()
+    leaked = clients.stats()["buffers_live"] - baseline
+    print(f"stress: ops {tally.get('ops', 0)}, reads {tally.get('reads', 0)}, "
+          f"mismatches/errors {len(errors)}, hung threads {hung}, leaked buffers {leaked}")
+    assert hung == 0
+    assert not errors, errors[:5]
+    assert leaked == 0
+    assert tally.get("reads", 0) > 0

@@ -1,0 +1,111 @@
+"""stats(), inspect(), FUSION_DUMP_DIR, the debug log, and the layering rule."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+
+import clients
+from tests.conftest import rand, server_settings
+
+
+def test_stats_has_the_contract_keys():
+    s = clients.stats()
+    for key in ("ops_registered", "kernels_launched", "compiles", "buffers_live", "inplace_reuses", "plan_hits"):
+        assert isinstance(s[key], int), key
+
+
+def test_stats_count_ops_and_launches():
+    x = clients.asarray(rand(10))
+    before = clients.stats()
+    (clients.exp(x) + 1.0).numpy()
+    after = clients.stats()
+    assert after["ops_registered"] - before["ops_registered"] == 2
+    assert after["kernels_launched"] - before["kernels_launched"] == 1
+    assert after["reads"] - before["reads"] == 1
+
+
+def test_inspect_flushes_on_exit_and_records_op_names():
+    x = clients.asarray(rand(10))
+    with clients.inspect() as rec:
+        y = clients.cos(x) * 2.0
+    assert [k.ops for k in rec.kernels] == [["cos", "multiply"]]
+    np.testing.assert_allclose(y.numpy(), np.cos(rand(10)) * 2, rtol=1e-6)
+
+
+def test_block_boundaries_are_logged_with_a_reason(caplog):
+    x = clients.asarray(rand((2, 3)))
+    with caplog.at_level(logging.DEBUG, logger="fusion_server"):
+        s = clients.exp(x[0]) + 1.0  # shape (3,)
+        (x * s).numpy()  # shape (2, 3): closes the first block
+    text = caplog.text
+    assert "block of 2 ops (exp, add) closed" in text
+    assert "differs from the block's" in text
+
+
+def test_dump_dir_receives_every_generated_kernel(tmp_path):
+    code = (
+        "import numpy as np, clients\n"
+        "x = clients.asarray(np.arange(8, dtype=np.float32))\n"
+        "(clients.log1p(x) * 2.5).numpy()\n"
+    )
+    env = {**os.environ, "FUSION_DUMP_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    files = list(tmp_path.glob("*.cl"))
+    assert len(files) == 1
+    source = files[0].read_text()
+    assert "log1p" in source and "__kernel void" in source
+
+
+def test_repr_does_not_force_a_read():
+    x = clients.asarray(rand(5))
+    y = x + 1.0
+    before = clients.stats()["kernels_launched"]
+    text = repr(y)
+    assert "pending" in text and "shape=(5,)" in text and "float32" in text
+    assert clients.stats()["kernels_launched"] == before
+    y.numpy()
+    assert "ready" in repr(y)
+
+
+def test_set_mode_switches_between_eager_and_lazy():
+    x = clients.asarray(rand(5))
+    with server_settings(mode="eager"):
+        with clients.inspect() as rec:
+            (x + 1.0 + 2.0).numpy()
+    assert len(rec.kernels) == 2
+    with clients.inspect() as rec:
+        (x + 1.0 + 2.0).numpy()
+    assert len(rec.kernels) == 1
+
+
+def test_fusion_server_never_imports_clients():
+    root = pathlib.Path(__file__).resolve().parents[1] / "fusion_server"
+    pattern = re.compile(r"^\s*(from|import)\s+clients\b", re.M)
+    offenders = [
+        str(p) for p in root.rglob("*.py") if p.name != "__main__.py" and pattern.search(p.read_text())
+    ]
+    assert not offenders
+
+
+def test_demo_runs_and_checks_against_numpy():
+    done = subprocess.run(
+        [sys.executable, "-m", "fusion_server", "demo", "--elements", "65536", "--iters", "2"],
+        capture_output=True, text=True, timeout=280,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "all checks passed" in done.stdout
+    assert "kernels launched" in done.stdout
+
+
+def test_info_lists_devices():
+    done = subprocess.run([sys.executable, "-m", "fusion_server", "info"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0
+    assert "max_bindings" in done.stdout and "*" in done.stdout
