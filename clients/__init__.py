@@ -23,6 +23,8 @@ from fusion_server.errors import (
 )
 
 from . import _functions as _f
+from . import custom
+from ._buffers import from_cl, resolve
 from ._functions import (
     arange,
     asarray,
@@ -97,7 +99,7 @@ def set_mode(mode: str, device: Any = None) -> None:
 
 
 __all__ = [
-    "Device", "DeviceError", "DeviceMemoryError", "DroppedTensorError", "FusionError",
+    "custom", "from_cl", "resolve", "Device", "DeviceError", "DeviceMemoryError", "DroppedTensorError", "FusionError",
     "ReentrancyError", "Tensor", "TensorFailedError", "arange", "asarray", "astype", "bool",
     "broadcast_shapes", "broadcast_to", "client_for", "clip", "default_device", "devices",
     "empty", "empty_like", "expand_dims", "flush", "float32", "float64", "full", "full_like",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -32,6 +33,18 @@ from fusion_server.server import FusionServer, Recorder
 
 T = TypeVar("T")
 _get_ident = threading.get_ident
+_live_clients: weakref.WeakSet[FusionClient] = weakref.WeakSet()
+
+
+def _mark_forked() -> None:
+    # The child inherits the lock in whatever state it was and a device context the
+    # driver does not support across fork: every client refuses further use.
+    for client in list(_live_clients):
+        client._forked = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_mark_forked)
 
 
 class FusionClient:
@@ -41,10 +54,12 @@ class FusionClient:
         self.server = server
         self.fp64 = server.info.fp64
         self.drops: deque[int] = deque()
+        self.unpins: deque = deque()  # storages whose resolved arrays were collected
         self._lock = threading.Lock()
         self._owner: int | None = None  # the thread holding the lock
-        self._pid = os.getpid()
+        self._forked = False
         waits.guards.append(self._check_not_holding)
+        _live_clients.add(self)
 
     # -- the lock ---------------------------------------------------------------------
     def _enter(self) -> None:
@@ -54,7 +69,7 @@ class FusionClient:
                 "fusion_server was called from code running under its own lock (a custom "
                 "launch function or fuser); enqueue work on the given queue instead"
             )
-        if self._pid != os.getpid():
+        if self._forked:
             raise FusionError(
                 "this device's client was created in another process; fusion_server "
                 "cannot be used after fork (use the 'spawn' start method)"
@@ -63,10 +78,12 @@ class FusionClient:
         self._owner = me
         drops = self.drops
         server = self.server
-        if drops or server.ended_streams:
+        if drops or server.ended_streams or self.unpins:
             try:
                 while drops:
                     server.drop(drops.popleft())
+                while self.unpins:
+                    server.unpin(self.unpins.popleft())
                 server.flush_ended_streams()
             except BaseException:
                 self._exit()

@@ -84,6 +84,8 @@ def promote_scalar(a: np.dtype, value: bool | int | float) -> np.dtype:
 
 def scalar_value(value: bool | int | float, dtype: np.dtype) -> np.generic:
     """`value` as a numpy scalar of `dtype`; OverflowError when it does not fit."""
+    if dtype.kind == "f":
+        return dtype.type(value)
     if dtype.kind == "i" and isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         info = np.iinfo(dtype)
         if not info.min <= int(value) <= info.max:

@@ -292,7 +292,10 @@ class FusionServer:
         if st.status == PENDING:
             self.flush_stream(st.stream, f"tensor {tid} is read")
         if st.status == FAILED:
-            raise TensorFailedError(f"tensor {tid} could not be computed: {st.error}") from st.error
+            err = st.error
+            # Name the root cause, not the block-level wrapper around it.
+            cause = err.__cause__ if isinstance(err, TensorFailedError) and err.__cause__ else err
+            raise TensorFailedError(f"tensor {tid} could not be computed: {err}") from cause
 
     def read(self, tid: int) -> tuple[np.ndarray, cl.Event | None, Callable[[], np.ndarray]]:
         """Enqueue a copy of `tid` to the host: (host buffer, event, finish).
@@ -317,6 +320,20 @@ class FusionServer:
             return np.lib.stride_tricks.as_strided(host[start:], shape, strides).copy()
 
         return host, event, finish
+
+    def resolve(self, tid: int):
+        """The entry of `tid`, written (or enqueued) and pinned: its buffer is not recycled
+        until `unpin` is called for its storage, even after the tensor is dropped."""
+        self.ensure_written(tid)
+        entry = self.handles.get(tid)
+        if entry.storage.buffer is None:  # size 0, or a value nobody else needed yet
+            self.allocate(entry.storage)
+        entry.storage.pins += 1
+        return entry
+
+    def unpin(self, storage: Storage) -> None:
+        storage.pins -= 1
+        self.handles.release_if_unused(storage)
 
     def sync(self, stream_id: int) -> cl.Event:
         """Run this stream's queue; an event that completes after all enqueued work."""

@@ -8,6 +8,7 @@ arguments (metadata in one int64 buffer), so the source depends only on the key.
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -51,7 +52,7 @@ def value_dtype(spec: KernelSpec, ref: tuple[str, int]) -> np.dtype:
 def kernel_name(spec: KernelSpec) -> str:
     digest = hashlib.sha1(repr(spec).encode()).hexdigest()[:10]
     names = "_".join(op.name for op in spec.ops[:4])
-    return f"fused_{names}_{digest}"[:80].replace(":", "_")
+    return re.sub(r"\W", "_", f"fused_{names}")[:60] + f"_{digest}"
 
 
 def uses_strided(spec: KernelSpec) -> bool:

@@ -51,6 +51,8 @@ def select(cond_bool: str, a: str, b: str, dtype: np.dtype, width: int) -> str:
 # Ops whose integer (or float) form needs a helper function with branches; kernels that
 # use them run one element per work-item.
 SCALAR_ONLY = {"floor_divide", "remainder"}
+# Custom expressions that did not compile at vector width (filled when they are defined).
+SCALAR_EXPRS: set[str] = set()
 SCALAR_ONLY_INT = {"pow"}
 
 _INFIX = {

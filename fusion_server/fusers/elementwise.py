@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..codegen import elementwise as cg
-from ..codegen.expressions import needs_scalar_code
+from ..codegen.expressions import SCALAR_EXPRS, needs_scalar_code
 from ..codegen.layout import broadcast_strides, classify, collapse
 from ..errors import TensorFailedError
 from ..handles import FAILED, Entry
@@ -216,7 +216,7 @@ class ElementwisePlan:
         dims: tuple[int, ...] = ()
         layouts = [(e.offset, ()) for e in in_entries]
         width = VECTOR_WIDTH
-        if any(needs_scalar_code(t.name, t.compute) for t in trace):
+        if any(needs_scalar_code(t.name, t.compute) or t.expr in SCALAR_EXPRS for t in trace):
             width = 1
         if strided:
             dims, sets = collapse(shape, [strides_of[k] for k in strided])

@@ -1,0 +1,81 @@
+"""Crossing to pyopencl: a tensor's concrete buffer (`resolve`) and imports (`from_cl`)."""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+
+from fusion_server import dtypes as dt
+from fusion_server.fusers.custom_kernel import array_of
+from fusion_server.handles import span_of
+
+from . import _functions as F
+from .devices import client_for
+from .tensor import Tensor
+
+
+def resolve(x: Tensor) -> cla.Array:
+    """x's device buffer as a `pyopencl.array.Array` (shape, dtype, strides right; no copy).
+
+    Runs exactly what `x` depends on first (without waiting: the array's queue is the
+    device's in-order queue, so work enqueued on it sees the value). The buffer is not
+    recycled while the returned array is alive, even after `x` is dropped. Writing into
+    the array changes `x` and every view of its buffer.
+    """
+    if type(x) is not Tensor:
+        raise TypeError(f"resolve() takes a Tensor, not {type(x).__name__}")
+    client = x._client
+
+    def pin(server):
+        entry = server.resolve(x._id)
+        return entry.storage, array_of(server, entry)
+
+    storage, array = client.call(pin)
+    weakref.finalize(array, client.unpins.append, storage)
+    return array
+
+
+def from_cl(array: cla.Array, device=None) -> Tensor:
+    """A tensor over an existing `pyopencl.array.Array`'s buffer, without a copy.
+
+    The array must live in the device's context, have a supported dtype, and strides and
+    offset that are whole elements and stay inside its buffer. Work the array's owner
+    enqueued on another queue must be finished first; the buffer is read, never recycled.
+    """
+    if not isinstance(array, cla.Array):
+        raise TypeError(f"from_cl() takes a pyopencl.array.Array, not {type(array).__name__}")
+    client = client_for(device) if device is not None else client_for()
+    runtime = client.server.runtime
+    if array.context != runtime.context:
+        raise ValueError(
+            "the array belongs to another OpenCL context than the device's; create it with "
+            "clients.client_for().server.runtime.context (or copy it with asarray(array.get()))"
+        )
+    dtype = dt.normalize(array.dtype)
+    itemsize = dtype.itemsize
+    if array.offset % itemsize or any(s % itemsize for s in array.strides):
+        raise ValueError(f"offset {array.offset} and strides {array.strides} must be multiples of {itemsize}")
+    buffer = array.base_data
+    if buffer is None:
+        if array.size:
+            raise ValueError("the array has no buffer")
+        return F.asarray(np.empty(array.shape, dtype), device=device)
+    strides = tuple(s // itemsize for s in array.strides)
+    offset = array.offset // itemsize
+    shape = tuple(int(d) for d in array.shape)
+    lo, hi = span_of(shape, strides, offset)
+    if lo < 0 or hi * itemsize > buffer.size:
+        raise ValueError(
+            f"the array's layout (shape {shape}, strides {array.strides}, offset {array.offset}) "
+            f"reaches bytes [{lo * itemsize}, {hi * itemsize}) outside its buffer of {buffer.size} bytes"
+        )
+    ir = F._new(client, shape, dtype)
+    client.call(lambda server: server.adopt(ir, buffer, buffer.size, strides, offset))
+    contiguous = offset == 0 and strides == F.contiguous_strides(shape)
+    return Tensor._make(client, ir.id, shape, dtype, None if contiguous else strides, offset)
+
+
+__all__ = ["from_cl", "resolve", "cl"]

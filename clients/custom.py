@@ -1,0 +1,209 @@
+"""Custom operations: element-wise expressions that fuse, and opaque kernels of your own.
+
+    softplus = clients.custom.elementwise("softplus", "x > 20 ? x : log1p(exp(x))")
+    y = softplus(clients.exp(x) - 1.0) * 2.0        # one fused kernel
+
+    def launch(queue, inputs, outputs, *, k):
+        my_program.my_kernel(queue, (n,), None, inputs[0].data, outputs[0].data, np.int32(k))
+
+    topk = clients.custom.kernel("topk", launch, outputs=lambda x, *, k: [((k,), x.dtype)])
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyopencl as cl
+
+from fusion_server import dtypes as dt
+from fusion_server.codegen import elementwise as cg
+from fusion_server.codegen import expressions as ex
+from fusion_server.fusers.base import Fuser
+from fusion_server.ir import CustomKernelOp, ElementwiseOp, Scalar, TensorIr
+from fusion_server.server import BUILD_OPTIONS, FusionServer
+
+from . import _functions as F
+from .devices import client_for
+from .tensor import Tensor
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Names the generated code or OpenCL C reserve; a user's name is renamed anyway, but these
+# would also hide the functions an expression calls.
+_RESERVED = {"exp", "log", "sqrt", "sin", "cos", "tan", "tanh", "pow", "fabs", "min", "max", "select"}
+
+
+class TensorSpec(NamedTuple):
+    """What `outputs(...)` of a custom kernel learns about each input."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+class CustomOpError(ValueError):
+    """A custom op's definition is invalid (bad name, or source that does not compile)."""
+
+
+def _check_name(what: str, name: str) -> None:
+    if not isinstance(name, str) or not _NAME.match(name) or keyword.iskeyword(name):
+        raise CustomOpError(f"{what} {name!r} is not a valid identifier")
+
+
+def _rename(expr: str, names: Sequence[str]) -> str:
+    """Prefix the user's variable names so they cannot collide with generated ones."""
+    for name in names:
+        expr = re.sub(rf"(?<![\w.])({re.escape(name)})\b(?!\s*\()", r"u_\1", expr)
+    return expr
+
+
+def _trial_build(context: cl.Context, op: cg.TraceOp, n_inputs: int, n_scalars: int, width: int) -> None:
+    spec = cg.KernelSpec(
+        ops=(op,),
+        inputs=tuple((op.compute, "contig") for _ in range(n_inputs)),
+        scalars=tuple(op.compute for _ in range(n_scalars)),
+        outputs=(0,),
+        width=width,
+        index="int",
+        rank=0,
+    )
+    source, _ = cg.generate(spec)
+    cl.Program(context, source).build(options=list(BUILD_OPTIONS))
+
+
+def elementwise(
+    name: str,
+    expr: str,
+    inputs: Sequence[str] = ("x",),
+    params: Sequence[str] = (),
+    dtype: Any = None,
+) -> Callable[..., Tensor]:
+    """A fusable element-wise op from an OpenCL C expression.
+
+    `expr` uses the names in `inputs` (tensors, broadcast together) and `params` (scalars
+    given as keyword arguments at each call; new values never recompile). Inputs and
+    params are converted to the promoted dtype of the input tensors; the result has
+    `dtype` (default: that promoted dtype). The expression is compiled once here, so an
+    error in it raises now, with the compiler's message. Calls fuse with the built-in
+    ops around them into one kernel.
+    """
+    _check_name("custom op name", name)
+    inputs, params = tuple(inputs), tuple(params)
+    if not inputs:
+        raise CustomOpError("a custom element-wise op needs at least one input")
+    for n in inputs + params:
+        _check_name("input or param name", n)
+        if n in _RESERVED:
+            raise CustomOpError(f"name {n!r} would hide the OpenCL function of that name")
+    if len(set(inputs + params)) != len(inputs + params):
+        raise CustomOpError(f"duplicate names in inputs {inputs} and params {params}")
+    if not isinstance(expr, str) or not expr.strip() or ";" in expr or "{" in expr:
+        raise CustomOpError(f"expr must be one OpenCL C expression, got {expr!r}")
+    out_dtype = dt.normalize(dtype) if dtype is not None else None
+    code = _rename(expr, inputs + params)
+    names = tuple(f"u_{n}" for n in inputs + params)
+    op_name = f"custom_{name}"
+
+    # Compile once now: a scalar form must build; a vector form is used where it builds.
+    client = client_for()
+    check_dtype = dt.float32
+    trial = cg.TraceOp(op_name, check_dtype, out_dtype or check_dtype,
+                       tuple(("i", k) for k in range(len(inputs))) + tuple(("s", k) for k in range(len(params))),
+                       code, names)
+    context = client.server.runtime.context
+    try:
+        _trial_build(context, trial, len(inputs), len(params), 1)
+    except cl.RuntimeError as exc:
+        raise CustomOpError(f"custom op {name!r}: expression {expr!r} does not compile:\n{exc}") from None
+    try:
+        _trial_build(context, trial, len(inputs), len(params), 4)
+    except cl.RuntimeError:
+        ex.SCALAR_EXPRS.add(code)
+
+    def apply(*tensors: Any, **values: Any) -> Tensor:
+        if len(tensors) != len(inputs):
+            raise TypeError(f"{name}() takes {len(inputs)} tensor arguments ({', '.join(inputs)}), "
+                            f"got {len(tensors)}")
+        if set(values) != set(params):
+            raise TypeError(f"{name}() needs the params {params}, got {tuple(values)}")
+        cl_client = F._client_of(tensors)
+        ts = [t if type(t) is Tensor else F._as_tensor(t, cl_client) for t in tensors]
+        compute = ts[0].dtype
+        for t in ts[1:]:
+            compute = dt.promote(compute, t.dtype)
+        result = out_dtype or compute
+        shape = F.broadcast_shapes(*(t.shape for t in ts))
+        operands = tuple(t._id for t in ts) + tuple(
+            Scalar(dt.scalar_value(values[p], compute), compute) for p in params
+        )
+        out = F._new(cl_client, shape, result)
+        cl_client.register(ElementwiseOp(op_name, operands, compute, out, code, names))
+        return Tensor._make(cl_client, out.id, shape, result)
+
+    apply.__name__ = name
+    apply.__doc__ = f"Custom element-wise op {name}: {expr} over {inputs + params}."
+    return apply
+
+
+def kernel(
+    name: str,
+    launch: Callable[..., None],
+    outputs: Callable[..., Sequence[tuple[Sequence[int], Any]]],
+) -> Callable[..., Tensor | tuple[Tensor, ...]]:
+    """An opaque op that runs your own OpenCL work, in its place in the stream.
+
+    `outputs(*specs, **params)` gives `[(shape, dtype), ...]` from the inputs' specs
+    (each has `.shape` and `.dtype`). `launch(queue, inputs, outputs, **params)` gets the
+    device's command queue and `pyopencl.array.Array`s over the input buffers and freshly
+    allocated outputs; it enqueues its work and must never wait (it runs under the
+    server lock; calling back into `clients` there raises ReentrancyError). If it raises,
+    its outputs are marked failed and reading them raises with the cause.
+    """
+    _check_name("custom kernel name", name)
+    if not callable(launch) or not callable(outputs):
+        raise CustomOpError("launch and outputs must be callables")
+
+    def apply(*tensors: Any, **params: Any) -> Tensor | tuple[Tensor, ...]:
+        client = F._client_of(tensors)
+        ts = [t if type(t) is Tensor else F._as_tensor(t, client) for t in tensors]
+        specs = [TensorSpec(t.shape, t.dtype) for t in ts]
+        declared = list(outputs(*specs, **params))
+        if not declared:
+            raise CustomOpError(f"custom kernel {name!r}: outputs() declared no output")
+        irs = []
+        for shape, dtype in declared:
+            shape = F._shape_arg(shape)
+            irs.append(F._new(client, shape, dt.normalize(dtype)))
+        op = CustomKernelOp(name, tuple(t._id for t in ts), tuple(irs), launch, tuple(sorted(params.items())))
+        client.register(op)
+        made = tuple(Tensor._make(client, ir.id, ir.shape, ir.dtype) for ir in irs)
+        return made[0] if len(made) == 1 else made
+
+    apply.__name__ = name
+    apply.__doc__ = f"Custom kernel {name}."
+    return apply
+
+
+def register_fuser(factory: Callable[[FusionServer], Fuser], device: Any = None) -> None:
+    """Offer every later block of `device`'s streams to a fuser made by `factory(server)`.
+
+    The fuser follows the protocol of `fusion_server.fusers.base.Fuser` and competes with
+    the built-in fusers on score; see docs/custom-ops.md for a worked example.
+    """
+    client_for(device).call(lambda server: server.add_fuser(factory))
+
+
+def unregister_fusers(device: Any = None) -> None:
+    """Remove every fuser added with `register_fuser`."""
+
+    def clear(server: FusionServer) -> None:
+        server.flush_all("fusers changed")
+        server.fuser_factories.clear()
+        server.streams.clear()
+
+    client_for(device).call(clear)
+
+
+__all__ = ["CustomOpError", "TensorIr", "TensorSpec", "elementwise", "kernel", "register_fuser", "unregister_fusers"]
