@@ -1,0 +1,177 @@
+"""Shared helpers for the value tests: dtypes, input values, numpy references, comparisons.
+
+The references are numpy's results, adjusted only where the library deliberately
+differs from numpy (see `expected_unary` / `expected_binary`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import clients
+
+BOOL = np.dtype(np.bool_)
+INT32 = np.dtype(np.int32)
+INT64 = np.dtype(np.int64)
+FLOAT32 = np.dtype(np.float32)
+FLOAT64 = np.dtype(np.float64)
+DTYPES = (BOOL, INT32, INT64, FLOAT32, FLOAT64)
+INTS = (INT32, INT64)
+FLOATS = (FLOAT32, FLOAT64)
+
+# Sizes that are not multiples of the vector width, so vector tails run.
+ODD_SIZES = (1, 3, 37, 1001)
+
+# (rtol, atol) per result dtype; ints and bools compare exactly.
+TOLERANCE = {FLOAT32: (1e-5, 1e-6), FLOAT64: (1e-12, 1e-14)}
+
+# -- op families, as the library defines them ------------------------------------------
+FLOAT_UNARY = frozenset(
+    "exp expm1 log log1p log2 log10 sqrt sin cos tan asin acos atan sinh cosh tanh "
+    "asinh acosh atanh".split()
+)
+FLOAT_BINARY = frozenset("divide atan2 hypot copysign logaddexp".split())
+# numpy computes these on bool by upcasting to int8; here they refuse bool.
+NO_BOOL = frozenset("subtract floor_divide remainder pow square negative sign".split())
+# Only defined on integers and bools.
+BITWISE = frozenset("bitwise_and bitwise_or bitwise_xor bitwise_invert".split())
+# Results whose sign of zero numpy specifies and the tests check.
+SIGNED_ZERO_OPS = frozenset(
+    "negative positive abs copysign floor ceil trunc round floor_divide remainder multiply".split()
+)
+
+
+def accepts(name: str, dtype: np.dtype) -> bool:
+    """Whether op `name` takes operands of `dtype` (after promotion)."""
+    if dtype == BOOL and name in NO_BOOL:
+        return False
+    if dtype.kind == "f" and name in BITWISE:
+        return False
+    return True
+
+
+def _errstate():
+    return np.errstate(all="ignore")
+
+
+def expected_unary(name: str, x: np.ndarray) -> np.ndarray:
+    """numpy's `name(x)`, with the library's deliberate differences for bool inputs."""
+    with _errstate():
+        if x.dtype == BOOL:
+            if name in FLOAT_UNARY:
+                # numpy gives float16; the smallest float here is float32.
+                return getattr(np, name)(x.astype(FLOAT32))
+            if name in ("positive", "round"):
+                return x.copy()
+        return getattr(np, name)(x)
+
+
+def expected_binary(name: str, a, b) -> np.ndarray:
+    """numpy's `name(a, b)`, with the library's deliberate differences for bool inputs."""
+    with _errstate():
+        if name in FLOAT_BINARY and np.result_type(a, b) == BOOL:
+            return getattr(np, name)(np.asarray(a, FLOAT32), np.asarray(b, FLOAT32))
+        return np.asarray(getattr(np, name)(a, b))
+
+
+# -- input values ---------------------------------------------------------------------
+FLOAT_SPECIALS = [
+    0.0, -0.0, 0.5, -0.5, 1.0, -1.0, 1.5, -1.5, 2.5, -2.5, 3.0, -3.0, 0.999, -0.999,
+    1e-6, -1e-6, 10.0, -10.0, 50.0, -50.0, np.nan, np.inf, -np.inf,
+]
+INT_SPECIALS = [0, 1, -1, 2, -2, 3, -3, 7, -7, 10, -10, 100, -100, 12345, -12345]
+PAIR_FLOAT_SPECIALS = [0.0, -0.0, 0.5, 1.0, -1.0, 2.5, -2.5, 3.0, -3.0, 7.0, -7.0, np.nan, np.inf, -np.inf]
+PAIR_INT_SPECIALS = [0, 1, -1, 2, -2, 3, -3, 7, -7, 100, -100]
+
+# Random fill ranges for unary float functions (the specials cover the rest of the line).
+UNARY_DOMAIN = {
+    "asin": (-1.0, 1.0), "acos": (-1.0, 1.0), "atanh": (-1.0, 1.0), "acosh": (1.0, 20.0),
+    "log": (0.0, 20.0), "log2": (0.0, 20.0), "log10": (0.0, 20.0), "log1p": (-1.0, 20.0),
+    "sqrt": (0.0, 100.0), "tan": (-1.5, 1.5),
+}
+
+
+def fill(specials: list, dtype: np.dtype, n: int, rng: np.random.Generator, low: float, high: float):
+    """`specials` (cast to dtype, as many as fit) followed by random values up to `n`."""
+    head = np.array(specials, dtype=dtype)[:n]
+    rest = n - len(head)
+    if dtype == BOOL:
+        tail = rng.integers(0, 2, rest).astype(BOOL)
+    elif dtype.kind == "i":
+        tail = rng.integers(int(low), int(high), rest).astype(dtype)
+    else:
+        tail = rng.uniform(low, high, rest).astype(dtype)
+    return np.concatenate([head, tail])
+
+
+def unary_input(name: str, dtype: np.dtype, n: int, seed: int = 0) -> np.ndarray:
+    """`n` inputs of `dtype` for unary op `name`: edge values first, then random ones."""
+    rng = np.random.default_rng(seed)
+    if dtype == BOOL:
+        return fill([False, True], dtype, n, rng, 0, 2)
+    low, high = UNARY_DOMAIN.get(name, (-10.0, 10.0))
+    if dtype.kind == "i":
+        specials = INT_SPECIALS
+        if name in FLOAT_UNARY:
+            # exp(12345) only overflows; keep integers where float64 results stay finite.
+            specials = [v for v in INT_SPECIALS if abs(v) <= 100]
+        return fill(specials, dtype, n, rng, min(low, -50), max(high, 50))
+    return fill(FLOAT_SPECIALS, dtype, n, rng, low, high)
+
+
+def binary_inputs(name: str, dtype: np.dtype, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """`n` pairs of `dtype` for binary op `name`: every pair of edge values, then random pairs."""
+    rng = np.random.default_rng(seed)
+    if dtype == BOOL:
+        specials = [False, True]
+    elif dtype.kind == "i":
+        specials = PAIR_INT_SPECIALS
+    else:
+        specials = PAIR_FLOAT_SPECIALS
+    if name == "pow" and dtype.kind == "i":
+        # Integer powers: non-negative exponents only (numpy refuses negative ones).
+        a_head = np.repeat(np.array([0, 1, -1, 2, -2, 3, -3, 10, -10]), 6)
+        b_head = np.tile(np.arange(6), 9)
+        a_rest = rng.integers(-10, 11, n)
+        b_rest = rng.integers(0, 6, n)
+    else:
+        a_head = np.repeat(np.array(specials), len(specials))
+        b_head = np.tile(np.array(specials), len(specials))
+        if dtype == BOOL:
+            a_rest, b_rest = rng.integers(0, 2, n), rng.integers(0, 2, n)
+        elif dtype.kind == "i":
+            a_rest, b_rest = rng.integers(-1000, 1000, n), rng.integers(-1000, 1000, n)
+        elif name == "pow":
+            a_rest, b_rest = rng.uniform(-5, 5, n), rng.uniform(-3, 3, n)
+        else:
+            a_rest, b_rest = rng.uniform(-10, 10, n), rng.uniform(-10, 10, n)
+    a = np.concatenate([a_head, a_rest])[:n].astype(dtype)
+    b = np.concatenate([b_head, b_rest])[:n].astype(dtype)
+    return a, b
+
+
+# -- comparing ------------------------------------------------------------------------
+def assert_values(got: np.ndarray, expected: np.ndarray, signed_zeros: bool = False) -> None:
+    """`got` equals `expected` in dtype, shape and values (floats within TOLERANCE)."""
+    expected = np.asarray(expected)
+    assert got.dtype == expected.dtype, f"dtype {got.dtype}, expected {expected.dtype}"
+    assert got.shape == expected.shape, f"shape {got.shape}, expected {expected.shape}"
+    if expected.dtype.kind == "f":
+        rtol, atol = TOLERANCE[expected.dtype]
+        np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol, equal_nan=True)
+        if signed_zeros:
+            zeros = expected == 0
+            np.testing.assert_array_equal(
+                np.signbit(got[zeros]), np.signbit(expected[zeros]), err_msg="sign of zero differs"
+            )
+    else:
+        np.testing.assert_array_equal(got, expected)
+
+
+def assert_tensor(t, expected, signed_zeros: bool = False) -> None:
+    """`t` is a Tensor whose shape, dtype and values are `expected`'s."""
+    assert isinstance(t, clients.Tensor), f"expected a Tensor, got {type(t).__name__}"
+    expected = np.asarray(expected)
+    assert t.shape == expected.shape, f"tensor shape {t.shape}, expected {expected.shape}"
+    assert t.dtype == expected.dtype, f"tensor dtype {t.dtype}, expected {expected.dtype}"
+    assert_values(t.numpy(), expected, signed_zeros)
