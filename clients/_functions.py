@@ -93,7 +93,7 @@ def _is_scalar(v: Any) -> bool:
 def _scalar_dtype(v: Any) -> np.dtype:
     """The dtype a scalar has on its own (Python bool/int/float: numpy's defaults)."""
     if isinstance(v, np.generic):
-        return dt.normalize(v.dtype)
+        return _default_dtype(v.dtype)
     if isinstance(v, bool):
         return dt.bool_
     if isinstance(v, int):
@@ -118,7 +118,7 @@ def _promote(values: Sequence[Any]) -> np.dtype:
         if type(v) is Tensor:
             dtype = v.dtype if dtype is None else dt.promote(dtype, v.dtype)
         elif isinstance(v, np.generic):
-            d = dt.normalize(v.dtype)
+            d = _default_dtype(v.dtype)
             dtype = d if dtype is None else dt.promote(dtype, d)
     for v in values:
         if isinstance(v, _PY_SCALARS) and not isinstance(v, np.generic):
@@ -152,6 +152,18 @@ def _elementwise(name: str, args: Sequence[Any], dtype: np.dtype, compute: np.dt
 
 
 # -- element-wise ---------------------------------------------------------------------------
+_COMPARISONS = frozenset(("equal", "not_equal", "less", "less_equal", "greater", "greater_equal"))
+
+
+def _wide_enough(dtype: np.dtype, value: int) -> np.dtype:
+    """A dtype in which an integer tensor compares exactly with `value` (as numpy 2 does)."""
+    for candidate in (dtype, dt.int64):
+        info = np.iinfo(candidate)
+        if info.min <= value <= info.max:
+            return candidate
+    return dt.float64
+
+
 def binary(name: str, a: Any, b: Any) -> Tensor:
     """Apply binary element-wise op `name` with broadcasting and numpy's promotion."""
     ta, tb = type(a) is Tensor, type(b) is Tensor
@@ -169,6 +181,8 @@ def binary(name: str, a: Any, b: Any) -> Tensor:
         return Tensor._make(client, out.id, shape, out_dtype)
     if ta and type(b) in _PY_SCALARS:  # the common `x * 2.0`
         dtype = dt.promote_scalar(a.dtype, b)
+        if type(b) is int and name in _COMPARISONS and dtype.kind == "i":
+            dtype = _wide_enough(dtype, b)
         compute, out_dtype = _resolve(name, dtype)
         client = a._client
         out = _new(client, a.shape, out_dtype)
@@ -178,6 +192,9 @@ def binary(name: str, a: Any, b: Any) -> Tensor:
     if ta and _is_scalar(b) or tb and _is_scalar(a):
         t = a if ta else b
         dtype = _promote((a, b))
+        s = b if ta else a
+        if type(s) is int and name in _COMPARISONS and dtype.kind == "i":
+            dtype = _wide_enough(dtype, s)
         compute, out_dtype = _resolve(name, dtype)
         return _elementwise(name, (a, b), dtype, compute, out_dtype, t._client, t.shape)
     if not ta and not tb and _is_scalar(a) and _is_scalar(b):
@@ -293,7 +310,8 @@ def _default_dtype(source: np.dtype) -> np.dtype:
     if source.kind == "b":
         return dt.bool_
     if source.kind in "iu":
-        return dt.int32 if source.kind == "i" and source.itemsize <= 4 else dt.int64
+        # int32 holds every int8/16/32 and uint8/16 value.
+        return dt.int32 if source.itemsize < 4 or (source.kind == "i" and source.itemsize == 4) else dt.int64
     if source.kind == "f":
         return dt.float32 if source.itemsize <= 4 else dt.float64
     return dt.normalize(source)
@@ -316,7 +334,12 @@ def full(shape: Any, fill_value: Any, dtype: Any = None, device: Any = None) -> 
     shape = _shape_arg(shape)
     client = _device_client(device)
     if type(fill_value) is Tensor:
-        fill_value = fill_value.numpy().reshape(()).item()
+        if fill_value.size != 1:
+            raise ValueError(f"fill_value must have one element, not shape {fill_value.shape}")
+        one = reshape(fill_value, ())
+        if dtype is not None:
+            one = astype(one, dtype)
+        return astype(broadcast_to(one, shape), one.dtype)  # stays on the device, fuses
     target = dt.normalize(dtype) if dtype is not None else _scalar_dtype(fill_value)
     out = _new(client, shape, target)
     value = Scalar(dt.scalar_value(fill_value, target), target)

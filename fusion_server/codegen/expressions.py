@@ -68,7 +68,7 @@ _BOOL_INFIX = {"add": "|", "multiply": "&", "maximum": "|", "minimum": "&"}
 _FLOAT_CALL1 = {
     "exp", "expm1", "log", "log1p", "log2", "log10", "sqrt", "sin", "cos", "tan",
     "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
-    "floor", "ceil", "trunc", "sign",
+    "floor", "ceil", "trunc",
 }
 _FLOAT_CALL2 = {"atan2", "hypot", "copysign", "pow"}
 
@@ -165,12 +165,14 @@ def emit(
         )
     if name == "round":
         return (f"rint({a})" if isf else a), compute
+    if name == "sign":
+        zero, one = f"(({T})(0))", f"(({T})(1))"
+        # numpy: sign(nan) is nan and sign(-0.0) is +0.0; 0 + a * 0 gives exactly that.
+        rest = f"({zero} + ({a}) * {zero})" if isf else zero
+        return f"((({a}) > {zero}) ? {one} : ((({a}) < {zero}) ? -{one} : {rest}))", compute
     if name in _FLOAT_CALL1:
         if isf:
             return f"{name}({a})", compute
-        if name == "sign":
-            zero, one = f"(({T})(0))", f"(({T})(1))"
-            return f"((({a}) > {zero}) ? {one} : ((({a}) < {zero}) ? -{one} : {zero}))", compute
         return a, compute  # floor / ceil / trunc of integers
     if name == "abs":
         if isf:

@@ -2,5 +2,6 @@
 
 from .base import Fuser, Plan
 from .elementwise import ElementwiseFuser
+from .pattern import PatternFuser
 
-__all__ = ["ElementwiseFuser", "Fuser", "Plan"]
+__all__ = ["ElementwiseFuser", "Fuser", "PatternFuser", "Plan"]
