@@ -180,15 +180,20 @@ def binary(name: str, a: Any, b: Any) -> Tensor:
         client.register(ElementwiseOp(name, (a._id, b._id), compute, out))
         return Tensor._make(client, out.id, shape, out_dtype)
     if ta and type(b) in _PY_SCALARS:  # the common `x * 2.0`
-        dtype = dt.promote_scalar(a.dtype, b)
-        if type(b) is int and name in _COMPARISONS and dtype.kind == "i":
-            dtype = _wide_enough(dtype, b)
-        compute, out_dtype = _resolve(name, dtype)
+        da = a.dtype
+        if type(b) is float and da.kind == "f":
+            dtype, value = da, da.type(b)
+        else:
+            dtype = dt.promote_scalar(da, b)
+            if type(b) is int and name in _COMPARISONS and dtype.kind == "i":
+                dtype = _wide_enough(dtype, b)
+            value = dt.scalar_value(b, dtype)
+        resolved = _RESOLVED.get((name, dtype)) or _resolve(name, dtype)
         client = a._client
-        out = _new(client, a.shape, out_dtype)
-        scalar = Scalar(dt.scalar_value(b, dtype), dtype)
-        client.register(ElementwiseOp(name, (a._id, scalar), compute, out))
-        return Tensor._make(client, out.id, a.shape, out_dtype)
+        shape = a.shape
+        out = _new(client, shape, resolved[1])
+        client.register(ElementwiseOp(name, (a._id, Scalar(value, dtype)), resolved[0], out))
+        return Tensor._make(client, out.id, shape, resolved[1])
     if ta and _is_scalar(b) or tb and _is_scalar(a):
         t = a if ta else b
         dtype = _promote((a, b))

@@ -76,18 +76,21 @@ class FusionClient:
             )
         self._lock.acquire()
         self._owner = me
-        drops = self.drops
-        server = self.server
-        if drops or server.ended_streams or self.unpins:
+        if self.drops or self.server.ended_streams or self.unpins:
             try:
-                while drops:
-                    server.drop(drops.popleft())
-                while self.unpins:
-                    server.unpin(self.unpins.popleft())
-                server.flush_ended_streams()
+                self._drain()
             except BaseException:
                 self._exit()
                 raise
+
+    def _drain(self) -> None:
+        """Apply what arrived without the lock: drops, unpins, ended threads' streams."""
+        drops, server = self.drops, self.server
+        while drops:
+            server.drop(drops.popleft())
+        while self.unpins:
+            server.unpin(self.unpins.popleft())
+        server.flush_ended_streams()
 
     def _exit(self) -> None:
         self._owner = None
@@ -111,11 +114,19 @@ class FusionClient:
 
     # -- the operations -----------------------------------------------------------------
     def register(self, op: OperationIr) -> None:
-        self._enter()
-        try:
-            self.server.register(_get_ident(), op)
-        finally:
-            self._exit()
+        # The hot path: `_enter` / `_exit` inlined.
+        me = _get_ident()
+        if self._owner == me or self._forked:
+            self._enter()  # raises the right error
+        with self._lock:
+            self._owner = me
+            try:
+                server = self.server
+                if self.drops or server.ended_streams or self.unpins:
+                    self._drain()
+                server.register(me, op)
+            finally:
+                self._owner = None
 
     def view(self, op: ViewOp) -> None:
         self._enter()

@@ -149,8 +149,11 @@ class FusionServer:
         """Queue `op` on a stream; blocks run as the fusers close them."""
         self.counters["ops_registered"] += 1
         entries = self.handles.entries
-        reads = [entries.get(t) or self.handles.get(t) for t in tensor_inputs(op)]  # raises first
-        for entry in reads:
+        if type(op) is ElementwiseOp:  # the hot path: a few operands, some of them scalars
+            reads = [entries.get(t) or self.handles.get(t) for t in op.inputs if type(t) is int]
+        else:
+            reads = [entries.get(t) or self.handles.get(t) for t in tensor_inputs(op)]
+        for entry in reads:  # all inputs were found before anything changes
             st = entry.storage
             if st.status == PENDING and st.stream != stream_id:
                 # Its writer waits in another thread's queue: run that queue first, so the
@@ -213,12 +216,15 @@ class FusionServer:
     def retire(self, ops: list[OperationIr]) -> None:
         """The ops ran (or failed): drop their reads and settle what they produced."""
         entries = self.handles.entries
+        release = self.handles.maybe_release
         for op in ops:
-            for tid in tensor_inputs(op):
-                e = entries.get(tid)
-                if e is not None:
-                    e.readers -= 1
-                    self.handles.maybe_release(e)
+            for tid in op.inputs if type(op) is ElementwiseOp else tensor_inputs(op):
+                if type(tid) is int:
+                    e = entries.get(tid)
+                    if e is not None:
+                        e.readers -= 1
+                        if not e.alive and not e.readers:
+                            release(e)
             for out in outputs_of(op):
                 e = entries.get(out.id)
                 if e is None:
@@ -227,7 +233,8 @@ class FusionServer:
                 if st.status == PENDING:
                     st.status = READY  # a value nobody needed: it never got a buffer
                 st.stream = None
-                self.handles.maybe_release(e)
+                if not e.alive and not e.readers:
+                    release(e)
 
     def fail_storages(self, storages: list[Storage], error: BaseException) -> None:
         self.counters["failed_blocks"] += 1

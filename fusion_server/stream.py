@@ -26,9 +26,6 @@ class Stream:
 
     def register(self, op: OperationIr, server: FusionServer) -> None:
         self.queue.append(op)
-        self._offer(op, server)
-
-    def _offer(self, op: OperationIr, server: FusionServer) -> None:
         still_open = False
         for fuser in self.fusers:
             if not fuser.closed and fuser.offer(op, server):

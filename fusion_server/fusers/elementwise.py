@@ -17,7 +17,7 @@ from ..codegen import elementwise as cg
 from ..codegen.expressions import SCALAR_EXPRS, needs_scalar_code
 from ..codegen.layout import broadcast_strides, classify, collapse
 from ..errors import TensorFailedError
-from ..handles import FAILED, Entry
+from ..handles import FAILED, PENDING, Entry
 from ..ir import ElementwiseOp, OperationIr, size_of
 
 if TYPE_CHECKING:
@@ -43,9 +43,7 @@ class ElementwiseFuser:
         self.ops: list[ElementwiseOp] = []
         self.shape: tuple[int, ...] | None = None
         self.values: set[int] = set()  # ids computed in the block
-        self.storages: set = set()  # their storages, to spot views of them
         self.inputs: set[int] = set()  # ids read from outside the block
-        self.reads: dict[int, int] = {}  # in-block reads of each id
         self.n_scalars = 0
         self.meta = False
         self.outputs_bound = 0  # upper bound on values that must be written
@@ -62,10 +60,15 @@ class ElementwiseFuser:
 
     def _count_outputs(self, server: FusionServer) -> int:
         entries = server.handles.entries
+        reads: dict[int, int] = {}
+        for op in self.ops:
+            for operand in op.inputs:
+                if type(operand) is int:
+                    reads[operand] = reads.get(operand, 0) + 1
         count = 0
         for tid in self.values:
             e = entries[tid]
-            if e.alive or e.readers > self.reads.get(tid, 0) or e.storage.refs > 1:
+            if e.alive or e.readers > reads.get(tid, 0) or e.storage.refs > 1:
                 count += 1
         return count
 
@@ -82,7 +85,7 @@ class ElementwiseFuser:
             if len(ops) >= self.max_ops:
                 return self._close(f"max ops per kernel ({self.max_ops}) reached")
         entries = server.handles.entries
-        values, inputs, reads = self.values, self.inputs, self.reads
+        values, inputs = self.values, self.inputs
         new_ids: list[int] = []
         new_scalars = 0
         meta = self.meta
@@ -91,7 +94,9 @@ class ElementwiseFuser:
                 if operand in values or operand in inputs or operand in new_ids:
                     continue
                 entry = entries[operand]
-                if entry.storage in self.storages:
+                if entry.storage.status == PENDING:
+                    # Written by this block (other streams' writers were flushed at register),
+                    # but read through another layout: a view of an in-block value.
                     return self._close("reads a view of a value computed in this block")
                 new_ids.append(operand)
                 if not meta and not (entry.contiguous and entry.ir.shape == shape):
@@ -108,11 +113,8 @@ class ElementwiseFuser:
         ops.append(op)
         self.shape = shape
         values.add(op.out.id)
-        self.storages.add(entries[op.out.id].storage)
-        inputs.update(new_ids)
-        for operand in op.inputs:
-            if type(operand) is int:
-                reads[operand] = reads.get(operand, 0) + 1
+        if new_ids:
+            inputs.update(new_ids)
         self.n_scalars += new_scalars
         self.meta = meta
         self.outputs_bound += 1
