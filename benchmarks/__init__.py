@@ -1,0 +1,1 @@
+"""Benchmarks of fusion-server against unfused and hand-written baselines."""

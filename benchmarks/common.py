@@ -1,0 +1,244 @@
+"""Shared helpers of the benchmarks: timing, the device under test, tables and JSON."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SIZES = {"small": 2**20, "large": 2**24}
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+# -- timing ---------------------------------------------------------------------------------
+@dataclass
+class Timing:
+    """Wall-clock samples of one variant, in seconds."""
+
+    samples: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def best(self) -> float:
+        return min(self.samples)
+
+    def to_dict(self) -> dict:
+        q = np.percentile(self.samples, [25, 75]) if self.samples else (0.0, 0.0)
+        return {
+            "median_s": self.median,
+            "min_s": self.best,
+            "iqr_s": float(q[1] - q[0]),
+            "repeats": len(self.samples),
+            "samples_s": self.samples,
+        }
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    # Keep the collector out of the timed call, as timeit does (a full collection before
+    # each sample would evict the caches and slow down short samples); what fn returns is
+    # dropped after the clock stops.
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        result = fn()
+        elapsed = time.perf_counter() - start
+    finally:
+        gc.enable()
+    del result
+    return elapsed
+
+
+def time_call(fn: Callable[[], Any], repeat: int, warmup: int = 1) -> Timing:
+    """Time `fn` `repeat` times after `warmup` untimed calls.
+
+    For device work, `fn` must end with a wait for the device (a `sync()`, a
+    `queue.finish()`, a read), so that each sample covers the work it enqueued.
+    """
+    for _ in range(warmup):
+        fn()
+    return Timing([_timed(fn) for _ in range(repeat)])
+
+
+def time_rounds(
+    variants: dict[str, Callable[[], Any]],
+    repeat: int,
+    warmup: int = 1,
+    setup: dict[str, Callable[[], Any]] | None = None,
+    repeats: dict[str, int] | None = None,
+) -> dict[str, Timing]:
+    """Time several variants in interleaved rounds (each round runs every variant once).
+
+    On a shared, noisy machine interleaving spreads slow periods over all variants alike,
+    so their ratios stay fair. Each callable must end with a device wait (see time_call).
+    `setup[name]`, when given, runs untimed before every call of that variant.
+    `repeats[name]` overrides `repeat` for one variant: it leaves the rounds after its
+    last sample, or takes part in extra rounds at the end (cheap variants get more
+    samples than slow ones that way).
+    """
+    setup = setup or {}
+    counts = {name: (repeats or {}).get(name, repeat) for name in variants}
+    for name, fn in variants.items():
+        for _ in range(warmup):
+            setup.get(name, _nothing)()
+            fn()
+    out = {name: Timing([]) for name in variants}
+    for r in range(max(counts.values(), default=0)):
+        for name, fn in variants.items():
+            if r < counts[name]:
+                setup.get(name, _nothing)()
+                out[name].samples.append(_timed(fn))
+    return out
+
+
+def _nothing() -> None:
+    return None
+
+
+def ratio(numerator: Timing, denominator: Timing) -> dict:
+    """numerator / denominator as a ratio of medians, and the median of per-round ratios
+    (samples paired by position, as `time_rounds` produces them)."""
+    paired = [a / b for a, b in zip(numerator.samples, denominator.samples) if b > 0]
+    return {
+        "of_medians": numerator.median / denominator.median,
+        "paired_median": statistics.median(paired) if paired else float("nan"),
+    }
+
+
+# -- the device and the environment -----------------------------------------------------------
+def device_info() -> dict:
+    """The device that `clients` uses by default (FUSION_DEVICE, else its default)."""
+    import clients
+
+    info = clients.client_for().server.info
+    return {
+        "name": info.name,
+        "platform": info.platform,
+        "kind": info.kind,
+        "compute_units": info.compute_units,
+        "global_mem_bytes": info.global_mem_bytes,
+    }
+
+
+def device_description() -> str:
+    """One line naming the device under test, e.g. 'NVIDIA H200 (NVIDIA CUDA, GPU, 132 CUs)'."""
+    d = device_info()
+    return f"{d['name']} ({d['platform']}, {d['kind']}, {d['compute_units']} CUs)"
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def environment() -> dict:
+    """Date, versions and settings that a result depends on."""
+    import pyopencl
+
+    try:
+        import numexpr
+
+        numexpr_version: str | None = numexpr.__version__
+    except ImportError:
+        numexpr_version = None
+    return {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": device_info(),
+        "device_description": device_description(),
+        "host_cpus": os.cpu_count(),
+        # Other work on the machine skews timings: the load average says how much there was.
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "pyopencl": pyopencl.VERSION_TEXT,
+        "numexpr": numexpr_version,
+        "commit": _git_commit(),
+        "env": {k: v for k, v in os.environ.items() if k.startswith("FUSION_")},
+    }
+
+
+# -- output ---------------------------------------------------------------------------------
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table with right-aligned columns (the first one left-aligned)."""
+    cells = [[str(h) for h in headers]] + [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(row: list[str]) -> str:
+        parts = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(cells[0]), rule] + [line(r) for r in cells[1:]])
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
+def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    print(f"\n{title}\n{format_table(headers, rows)}", flush=True)
+
+
+def ms(seconds: float) -> float:
+    return seconds * 1e3
+
+
+def us(seconds: float) -> float:
+    return seconds * 1e6
+
+
+def default_out_dir() -> Path:
+    """$OUT when set, else benchmarks/results/."""
+    out = os.environ.get("OUT", "").strip()
+    return Path(out) if out else RESULTS_DIR
+
+
+def write_json(path: Path | str, data: dict) -> Path:
+    """Write `data` as indented JSON (numpy scalars become numbers), creating folders."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
+    return path
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def add_common_args(parser: Any, default_repeat: int) -> None:
+    """--size, --repeat and --out, shared by every benchmark's command line."""
+    parser.add_argument("--size", choices=sorted(SIZES), default="large",
+                        help="array size: small = 2^20, large = 2^24 elements (default)")
+    parser.add_argument("--repeat", type=int, default=default_repeat,
+                        help=f"timed repeats per variant (default {default_repeat})")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for the JSON results (default: $OUT, else benchmarks/results/)")

@@ -1,0 +1,182 @@
+"""What the host pays per operation, and what that means for small arrays.
+
+(a) Recording: microseconds per op of building a chain `y = y * 1.0001 + 0.5` on a
+    1024-element float32 tensor. "record only" times chains short enough to fit one
+    block (no launch happens while recording); "with launches" times a long chain whose
+    blocks close and launch as it grows, up to a final `flush()` (no wait). The result is
+    read once after each sample, outside the clock.
+(b) End to end on small arrays: the 16-op chain of the element-wise benchmark on 1024
+    float32 elements, build + `.numpy()`, against pyopencl.array (16 ops + `.get()`) and
+    numpy. Small tensors are latency-bound: fusion saves launches and round trips.
+
+    python -m benchmarks.host_cost [--repeat N] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+import pyopencl.array as cla
+import pyopencl.clmath as clmath
+
+import clients
+
+from . import common
+from .elementwise_chain import chain, check, inputs
+
+NAME = "host_cost"
+ELEMENTS = 1024
+LONG_CHAIN_OPS = 2048
+# Samples per --repeat: the samples are short, and the medians need many of them.
+RECORD_SAMPLES = 50
+LAUNCH_SAMPLES = 3
+END_TO_END_ROUNDS = 30
+
+
+def _step(y: Any) -> Any:
+    return y * 1.0001 + 0.5  # two ops
+
+
+def _reference(x: np.ndarray, steps: int) -> np.ndarray:
+    y = x
+    for _ in range(steps):
+        y = _step(y)
+    return y
+
+
+def _record(x: clients.Tensor, steps: int, flush: bool) -> tuple[float, int, clients.Tensor]:
+    """Seconds to record `steps` steps (and flush, if asked); kernels launched meanwhile."""
+    launched = clients.stats()["kernels_launched"]
+    gc.disable()  # a collection inside the loop would be charged to a few ops
+    try:
+        start = time.perf_counter()
+        y = x
+        for _ in range(steps):
+            y = _step(y)
+        if flush:
+            clients.flush()
+        elapsed = time.perf_counter() - start
+    finally:
+        gc.enable()
+    return elapsed, clients.stats()["kernels_launched"] - launched, y
+
+
+def recording(samples: int, launch_samples: int) -> dict:
+    """Part (a): host microseconds per recorded op, without and with block launches."""
+    host = np.linspace(0.5, 1.5, ELEMENTS, dtype=np.float32)
+    x = clients.asarray(host)
+    server = clients.client_for().server
+    # Stay below the fuser's ops-per-kernel limit, so that no block closes while recording.
+    steps = min(30, getattr(server, "max_ops", 64) // 2 - 1)
+    results = {}
+    for label, n_steps, flush, count in (
+        ("record_only", steps, False, samples),
+        ("with_launches", LONG_CHAIN_OPS // 2, True, launch_samples),
+    ):
+        per_op, launches = [], []
+        for i in range(count + 1):  # the first sample warms up (compiles) and is dropped
+            elapsed, launched, y = _record(x, n_steps, flush)
+            got = y.numpy()  # outside the clock: runs the chain and reads it
+            if i == 0:
+                check(f"host cost, {label}", got, _reference(host, n_steps))
+                continue
+            per_op.append(elapsed / (2 * n_steps))
+            launches.append(launched)
+        if label == "record_only":
+            assert max(launches) == 0, f"{max(launches)} kernels launched while recording {2 * steps} ops"
+        results[label] = {
+            "ops_per_sample": 2 * n_steps,
+            "median_us_per_op": common.us(statistics.median(per_op)),
+            "min_us_per_op": common.us(min(per_op)),
+            "samples": len(per_op),
+            "kernels_launched_per_sample": statistics.median(launches),
+        }
+    return results
+
+
+def end_to_end(rounds: int) -> dict:
+    """Part (b): the 16-op chain on 1024 elements, fused vs pyopencl.array vs numpy."""
+    a, b, c = inputs(ELEMENTS, seed=1)
+    want = chain(a, b, c, np)
+    queue = clients.client_for().server.runtime.queue
+    ta, tb, tc = (clients.asarray(v) for v in (a, b, c))
+    ga, gb, gc_ = (cla.to_device(queue, v) for v in (a, b, c))
+
+    with clients.inspect() as rec:
+        out = chain(ta, tb, tc, clients)
+    check("16-op chain, fused", out.numpy(), want)
+    assert len(rec.kernels) == 1, f"the small fused chain launched {len(rec.kernels)} kernels"
+    ops = len(rec.kernels[0].ops)
+    check("16-op chain, pyopencl.array", chain(ga, gb, gc_, clmath).get(), want)
+
+    variants = {
+        "fused": lambda: chain(ta, tb, tc, clients).numpy(),
+        "pyopencl.array": lambda: chain(ga, gb, gc_, clmath).get(),
+        "numpy": lambda: chain(a, b, c, np),
+    }
+    timings = common.time_rounds(variants, rounds, warmup=3)
+    fused, cla_t, np_t = timings["fused"], timings["pyopencl.array"], timings["numpy"]
+    return {
+        "elements": ELEMENTS,
+        "ops": ops,
+        "variants": {name: t.to_dict() for name, t in timings.items()},
+        "fused_over_pyopencl_array": common.ratio(fused, cla_t),
+        "fused_over_numpy": common.ratio(fused, np_t),
+    }
+
+
+def run(repeat: int = 10) -> dict:
+    """Both parts; `repeat` scales the number of samples."""
+    clients.set_mode("lazy")
+    return {
+        "benchmark": NAME,
+        "recording": recording(RECORD_SAMPLES * repeat, LAUNCH_SAMPLES * repeat),
+        "small_chain": end_to_end(END_TO_END_ROUNDS * repeat),
+    }
+
+
+def summary_rows(result: dict) -> list[list[Any]]:
+    """Rows (measure, value, unit) for the short table."""
+    rec, small = result["recording"], result["small_chain"]
+    v = small["variants"]
+    return [
+        ["host cost per op, record only", rec["record_only"]["median_us_per_op"], "us"],
+        ["host cost per op, with launches", rec["with_launches"]["median_us_per_op"], "us"],
+        [f"{small['ops']}-op chain x{small['elements']}, fused", common.us(v["fused"]["median_s"]), "us"],
+        [f"{small['ops']}-op chain x{small['elements']}, pyopencl.array",
+         common.us(v["pyopencl.array"]["median_s"]), "us"],
+        [f"{small['ops']}-op chain x{small['elements']}, numpy", common.us(v["numpy"]["median_s"]), "us"],
+        ["fused / pyopencl.array", small["fused_over_pyopencl_array"]["of_medians"], "x"],
+        ["fused / numpy", small["fused_over_numpy"]["of_medians"], "x"],
+    ]
+
+
+def report(result: dict) -> None:
+    common.print_table("host cost (medians)", ["measure", "value", "unit"], summary_rows(result))
+    w = result["recording"]["with_launches"]
+    print(f"with launches: {w['ops_per_sample']} ops and "
+          f"{w['kernels_launched_per_sample']:.0f} kernels per sample")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    common.add_common_args(parser, default_repeat=10)
+    args = parser.parse_args(argv)  # --size is accepted for symmetry; sizes here are fixed
+    print(f"device: {common.device_description()}", flush=True)
+    result = run(args.repeat)
+    report(result)
+    out = common.write_json(
+        (args.out or common.default_out_dir()) / f"{NAME}.json",
+        {"environment": common.environment(), NAME: result},
+    )
+    print(f"results: {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Run every benchmark, print a short table of the headline numbers, write all as JSON.
+
+    python -m benchmarks.run [--size small|large] [--repeat N] [--out DIR]
+
+The JSON file (results-<size>.json) goes to DIR: --out, else $OUT, else benchmarks/results/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Any
+
+from . import common, elementwise_chain, host_cost
+
+# (what, where in the results, comparison, target): the goals the numbers are held to.
+TARGETS = [
+    ("fused vs hand-written (speed)", ("chain", "ratios", "fused_vs_hand-written"), ">=", 0.9),
+    ("fused vs numexpr (speed)", ("chain", "ratios", "fused_vs_numexpr"), ">=", 5.0),
+    ("fused vs pyopencl.array (speed)", ("chain", "ratios", "fused_vs_pyopencl.array"), ">=", 50.0),
+    ("fused vs eager (speed)", ("chain", "ratios", "fused_vs_eager"), ">=", None),
+    ("fused vs numpy (speed)", ("chain", "ratios", "fused_vs_numpy"), ">=", None),
+    ("host us per op, record only", ("host", "recording", "record_only"), "<=", 5.0),
+    ("host us per op, with launches", ("host", "recording", "with_launches"), "<=", None),
+    ("16-op chain x1024: fused / pyopencl.array (time)", ("host", "small_chain", "fused_over_pyopencl_array"),
+     "<=", 0.2),
+]
+
+
+def _value(results: dict, path: tuple[str, ...]) -> float | None:
+    node: Any = results
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return None  # e.g. numexpr missing
+        node = node[key]
+    if isinstance(node, dict):
+        for key in ("of_medians", "median_us_per_op"):
+            if key in node:
+                return node[key]
+    return node
+
+
+def summary(results: dict) -> list[list[Any]]:
+    """Rows (measure, value, target, met) for the table printed last."""
+    chain = results["chain"]
+    rows: list[list[Any]] = [
+        ["fused chain, median ms", common.ms(chain["variants"]["fused"]["median_s"]), None, None],
+        ["fused chain, GB/s", chain["variants"]["fused"]["gb_per_s"], None, None],
+        ["kernels per fused run", chain["kernels_per_fused_run"], "== 1",
+         _met(chain["kernels_per_fused_run"] == 1)],
+    ]
+    mem = chain["memory"]
+    if mem["fused_peak_bytes"] is not None:
+        share = mem["fused_peak_bytes"] / mem["inputs_plus_output_bytes"]
+        rows.append(["fused peak memory / (inputs + output)", share, "~ 1", _met(share <= 1.05)])
+    for label, path, op, target in TARGETS:
+        value = _value(results, path)
+        if value is None:
+            rows.append([label, None, f"{op} {target}", "skipped"])
+            continue
+        met = None if target is None else (value >= target if op == ">=" else value <= target)
+        rows.append([label, value, None if target is None else f"{op} {target:g}", _met(met)])
+    return rows
+
+
+def _met(flag: bool | None) -> str | None:
+    return None if flag is None else ("yes" if flag else "NO")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    common.add_common_args(parser, default_repeat=10)
+    args = parser.parse_args(argv)
+    out_dir = args.out or common.default_out_dir()
+    print(f"device: {common.device_description()}", flush=True)
+    start = time.perf_counter()
+    results: dict = {"environment": common.environment(), "size": args.size, "repeat": args.repeat}
+    # The element-wise chain first: its peak-memory reading needs a fresh buffer pool.
+    results["chain"] = elementwise_chain.run(args.size, args.repeat)
+    elementwise_chain.report(results["chain"])
+    results["host"] = host_cost.run(args.repeat)
+    host_cost.report(results["host"])
+    results["seconds"] = time.perf_counter() - start
+    results["load_average_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    results["summary"] = [dict(zip(("measure", "value", "target", "met"), r)) for r in summary(results)]
+    path = common.write_json(out_dir / f"results-{args.size}.json", results)
+    common.print_table(
+        f"summary: {common.device_description()}, size {args.size}, {results['seconds']:.0f} s",
+        ["measure", "value", "target", "met"],
+        summary(results),
+    )
+    print(f"results: {path}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
