@@ -28,6 +28,9 @@ _PY_SCALARS = (bool, int, float)
 
 
 # -- helpers --------------------------------------------------------------------------------
+_tuple_new = tuple.__new__
+
+
 def _new(client: FusionClient, shape: tuple[int, ...], dtype: np.dtype) -> TensorIr:
     if dtype is dt.float64 and not client.fp64:
         raise DeviceError(f"device {client.server.info.name!r} has no float64 support")
@@ -38,7 +41,7 @@ def _new(client: FusionClient, shape: tuple[int, ...], dtype: np.dtype) -> Tenso
                 f"a {dtype.name} tensor of shape {shape} needs {nbytes} bytes; the device "
                 f"allows at most {client.server.info.max_alloc_bytes} in one buffer"
             )
-    return TensorIr(next(_ids), shape, dtype)
+    return _tuple_new(TensorIr, (next(_ids), shape, dtype))
 
 
 _BCAST: dict[tuple, tuple[int, ...]] = {}
@@ -175,9 +178,9 @@ def binary(name: str, a: Any, b: Any) -> Tensor:
         dtype = da if da is db else dt.promote(da, db)
         sa, sb = a.shape, b.shape
         shape = sa if sa == sb else broadcast_shapes(sa, sb)
-        compute, out_dtype = _resolve(name, dtype)
+        compute, out_dtype = _RESOLVED.get((name, dtype)) or _resolve(name, dtype)
         out = _new(client, shape, out_dtype)
-        client.register(ElementwiseOp(name, (a._id, b._id), compute, out))
+        client.register(_tuple_new(ElementwiseOp, (name, (a._id, b._id), compute, out, None, ())))
         return Tensor._make(client, out.id, shape, out_dtype)
     if ta and type(b) in _PY_SCALARS:  # the common `x * 2.0`
         da = a.dtype
@@ -188,12 +191,14 @@ def binary(name: str, a: Any, b: Any) -> Tensor:
             if type(b) is int and name in _COMPARISONS and dtype.kind == "i":
                 dtype = _wide_enough(dtype, b)
             value = dt.scalar_value(b, dtype)
-        resolved = _RESOLVED.get((name, dtype)) or _resolve(name, dtype)
+        compute, out_dtype = _RESOLVED.get((name, dtype)) or _resolve(name, dtype)
         client = a._client
         shape = a.shape
-        out = _new(client, shape, resolved[1])
-        client.register(ElementwiseOp(name, (a._id, Scalar(value, dtype)), resolved[0], out))
-        return Tensor._make(client, out.id, shape, resolved[1])
+        out = _new(client, shape, out_dtype)
+        # tuple.__new__ builds the descriptors without the named tuples' Python-level __new__.
+        scalar = _tuple_new(Scalar, (value, dtype))
+        client.register(_tuple_new(ElementwiseOp, (name, (a._id, scalar), compute, out, None, ())))
+        return Tensor._make(client, out.id, shape, out_dtype)
     if ta and _is_scalar(b) or tb and _is_scalar(a):
         t = a if ta else b
         dtype = _promote((a, b))

@@ -48,6 +48,17 @@ def select(cond_bool: str, a: str, b: str, dtype: np.dtype, width: int) -> str:
     return f"select({b}, {a}, -convert_{mask}({cond_bool}))"
 
 
+def pick(mask: str, a: str, b: str, width: int) -> str:
+    """mask ? a : b, where `mask` is a comparison (a mask of a's element size).
+
+    Vectors use select() rather than the ternary operator: some compilers get nested
+    vector ternaries wrong.
+    """
+    if width == 1:
+        return f"(({mask}) ? ({a}) : ({b}))"
+    return f"select({b}, {a}, {mask})"
+
+
 # Ops whose integer (or float) form needs a helper function with branches; kernels that
 # use them run one element per work-item.
 SCALAR_ONLY = {"floor_divide", "remainder"}
@@ -150,7 +161,7 @@ def emit(
     if name == "maximum" or name == "minimum":
         if isf:
             op = ">" if name == "maximum" else "<"
-            return f"(((({a}) {op} ({b})) | isnan({a})) ? ({a}) : ({b}))", compute
+            return pick(f"(({a}) {op} ({b})) | isnan({a})", a, b, width), compute
         return f"{name[:3]}({a}, {b})", compute
     if needs_scalar_code(name, compute):
         return f"{helper_name(name, compute)}({a}, {b})", compute
@@ -158,18 +169,15 @@ def emit(
         return f"{name}({a}, {b})", compute
     if name == "logaddexp":
         ln2 = f"(({T})(0.6931471805599453))"
-        return (
-            f"((({a}) == ({b})) ? ({a}) + {ln2} : "
-            f"fmax({a}, {b}) + log1p(exp(-fabs(({a}) - ({b})))))",
-            False,
-        )
+        general = f"fmax({a}, {b}) + log1p(exp(-fabs(({a}) - ({b}))))"
+        return pick(f"({a}) == ({b})", f"({a}) + {ln2}", general, width), compute
     if name == "round":
         return (f"rint({a})" if isf else a), compute
     if name == "sign":
         zero, one = f"(({T})(0))", f"(({T})(1))"
         # numpy: sign(nan) is nan and sign(-0.0) is +0.0; 0 + a * 0 gives exactly that.
         rest = f"({zero} + ({a}) * {zero})" if isf else zero
-        return f"((({a}) > {zero}) ? {one} : ((({a}) < {zero}) ? -{one} : {rest}))", compute
+        return pick(f"({a}) > {zero}", one, pick(f"({a}) < {zero}", f"-{one}", rest, width), width), compute
     if name in _FLOAT_CALL1:
         if isf:
             return f"{name}({a})", compute
@@ -177,7 +185,7 @@ def emit(
     if name == "abs":
         if isf:
             return f"fabs({a})", compute
-        return (a, compute) if isb else (f"((({a}) < (({T})(0))) ? -({a}) : ({a}))", compute)
+        return (a, compute) if isb else (pick(f"({a}) < (({T})(0))", f"-({a})", a, width), compute)
     if name == "negative":
         return f"(-({a}))", compute
     if name == "positive" or name == "copy":

@@ -22,11 +22,16 @@ def bucket_size(nbytes: int) -> int:
 
 
 class BufferPool:
-    """Free buffers by size class; at most `max_free_bytes` of them kept."""
+    """Free buffers by size class; at most `max_free_bytes` of them kept.
 
-    def __init__(self, context: cl.Context, max_free_bytes: int):
+    With `exact=True` every buffer has exactly the size asked for and is released when
+    freed: no reuse, no padding, so a memory checker sees every out-of-bounds access.
+    """
+
+    def __init__(self, context: cl.Context, max_free_bytes: int, exact: bool = False):
         self.context = context
-        self.max_free_bytes = max_free_bytes
+        self.max_free_bytes = 0 if exact else max_free_bytes
+        self.exact = exact
         self._free: OrderedDict[int, list[cl.Buffer]] = OrderedDict()
         self.free_bytes = 0
         self.live = 0  # buffers handed out and not yet returned
@@ -36,7 +41,7 @@ class BufferPool:
         self.reuses = 0
 
     def alloc(self, nbytes: int) -> cl.Buffer:
-        size = bucket_size(nbytes)
+        size = max(nbytes, 1) if self.exact else bucket_size(nbytes)
         bucket = self._free.get(size)
         if bucket:
             buf = bucket.pop()
@@ -65,7 +70,7 @@ class BufferPool:
         return buf
 
     def free(self, buf: cl.Buffer, nbytes: int) -> None:
-        size = bucket_size(nbytes)
+        size = max(nbytes, 1) if self.exact else bucket_size(nbytes)
         self.live -= 1
         self.live_bytes -= size
         self._free.setdefault(size, []).append(buf)

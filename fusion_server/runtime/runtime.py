@@ -21,7 +21,9 @@ class DeviceRuntime:
         self.context = cl.Context([info.device])
         self.queue = cl.CommandQueue(self.context)
         # Keep at most a quarter of the device's memory in free buffers.
-        self.pool = BufferPool(self.context, max(info.global_mem_bytes // 4, 1 << 20))
+        # FUSION_POOL=exact: exact-size buffers, never reused (for memory checkers).
+        exact = os.environ.get("FUSION_POOL", "").strip().lower() == "exact"
+        self.pool = BufferPool(self.context, max(info.global_mem_bytes // 4, 1 << 20), exact)
         self.programs = ProgramCache(self.context, dump_dir or os.environ.get("FUSION_DUMP_DIR"))
         self._meta: OrderedDict[bytes, cl.Buffer] = OrderedDict()
         # Work-items per work-group: CPUs run a work-group as a loop, so bigger groups
