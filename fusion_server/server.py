@@ -42,6 +42,17 @@ class KernelRecord:
     bindings: int  # buffers + scalar and metadata arguments
     name: str
     items: int  # work-items launched
+    event: cl.Event | None = None
+
+    @property
+    def device_seconds(self) -> float | None:
+        """The kernel's run time on the device, once it has completed, with FUSION_PROFILE=1."""
+        if self.event is None:
+            return None
+        try:
+            return (self.event.profile.end - self.event.profile.start) * 1e-9
+        except cl.Error:  # not profiled, or not finished
+            return None
 
 
 @dataclass
@@ -270,13 +281,15 @@ class FusionServer:
         """Enqueue `kernel` over `items` work-items (padded to whole work-groups)."""
         local = self.runtime.local_size
         global_size = (items + local - 1) // local * local
-        kernel(self.runtime.queue, (global_size,), (local,), *args)
-        self.note_launch(kind, ops, bindings, kernel.function_name, items)
+        event = kernel(self.runtime.queue, (global_size,), (local,), *args)
+        self.note_launch(kind, ops, bindings, kernel.function_name, items, event)
 
-    def note_launch(self, kind: str, ops: list[str], bindings: int, name: str, items: int) -> None:
+    def note_launch(
+        self, kind: str, ops: list[str], bindings: int, name: str, items: int, event: cl.Event | None = None
+    ) -> None:
         self.counters["kernels_launched"] += 1
         if self.recorders:
-            record = KernelRecord(kind, ops, bindings, name, items)
+            record = KernelRecord(kind, ops, bindings, name, items, event)
             for rec in self.recorders:
                 rec.kernels.append(record)
 

@@ -19,7 +19,10 @@ class DeviceRuntime:
     def __init__(self, info: DeviceInfo, dump_dir: str | None = None):
         self.info = info
         self.context = cl.Context([info.device])
-        self.queue = cl.CommandQueue(self.context)
+        # FUSION_PROFILE=1: device timestamps on every command (inspect() shows kernel times).
+        self.profiling = os.environ.get("FUSION_PROFILE", "").strip() not in ("", "0")
+        props = cl.command_queue_properties.PROFILING_ENABLE if self.profiling else 0
+        self.queue = cl.CommandQueue(self.context, properties=props)
         # Keep at most a quarter of the device's memory in free buffers.
         # FUSION_POOL=exact: exact-size buffers, never reused (for memory checkers).
         exact = os.environ.get("FUSION_POOL", "").strip().lower() == "exact"
