@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from fusion_server.compiling import NeedsCompile
 from fusion_server.errors import FusionError, ReentrancyError
 from fusion_server.ir import OperationIr, TensorIr, ViewOp
 from fusion_server.runtime import waits
@@ -90,7 +91,13 @@ class FusionClient:
             server.drop(drops.popleft())
         while self.unpins:
             server.unpin(self.unpins.popleft())
-        server.flush_ended_streams()
+        if server.ended_streams:
+            # Rare and off every hot path: build under the lock rather than leave it queued.
+            server.compile_under_lock = True
+            try:
+                server.flush_ended_streams()
+            finally:
+                server.compile_under_lock = False
 
     def _exit(self) -> None:
         self._owner = None
@@ -105,12 +112,21 @@ class FusionClient:
             raise FusionError("a device wait was attempted while holding the server lock")
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run `fn(server, *args)` in a locked section."""
-        self._enter()
-        try:
-            return fn(self.server, *args)
-        finally:
-            self._exit()
+        """Run `fn(server, *args)` in a locked section.
+
+        When it needs a kernel built (NeedsCompile, raised before anything changed), the
+        lock is released, the kernel is built, and `fn` runs again: every server entry
+        point resumes where it stopped.
+        """
+        while True:
+            self._enter()
+            try:
+                return fn(self.server, *args)
+            except NeedsCompile as need:
+                job = need.job
+            finally:
+                self._exit()
+            job.run()  # outside the lock: other threads keep working meanwhile
 
     # -- the operations -----------------------------------------------------------------
     def register(self, op: OperationIr) -> None:
@@ -125,45 +141,36 @@ class FusionClient:
                 if self.drops or server.ended_streams or self.unpins:
                     self._drain()
                 server.register(me, op)
+                return
+            except NeedsCompile as need:
+                job = need.job
             finally:
                 self._owner = None
+        job.run()
+        self.call(lambda server: server.register(me, op))  # resumes the queued op
 
     def view(self, op: ViewOp) -> None:
-        self._enter()
-        try:
-            self.server.view(op)
-        finally:
-            self._exit()
+        self.call(lambda server: server.view(op))
 
     def upload(self, ir: TensorIr, host: np.ndarray) -> None:
-        self._enter()
-        try:
-            self.server.upload(ir, host)
-        finally:
-            self._exit()
+        self.call(lambda server: server.upload(ir, host))
 
     def read(self, tid: int) -> np.ndarray:
         """The tensor's values on the host; the device wait happens outside the lock."""
-        self._enter()
-        try:
-            _, event, finish = self.server.read(tid)
-        finally:
-            self._exit()
+        _, event, finish = self.call(lambda server: server.read(tid))
         waits.wait(event)
         return finish()
 
     def sync(self) -> None:
         """Run this thread's queued work and wait until the device has done it all."""
-        self._enter()
-        try:
-            event = self.server.sync(_get_ident())
-        finally:
-            self._exit()
+        me = _get_ident()
+        event = self.call(lambda server: server.sync(me))
         waits.wait(event)
 
     def flush(self) -> None:
         """Launch this thread's queued work without waiting for it."""
-        self.call(lambda server: server.flush_stream(_get_ident(), "flush"))
+        me = _get_ident()
+        self.call(lambda server: server.flush_stream(me, "flush"))
 
     def stats(self) -> dict:
         return self.call(lambda server: server.stats())
@@ -180,8 +187,10 @@ class FusionClient:
         try:
             yield rec
         finally:
+            me = _get_ident()
+
             def stop(server: FusionServer) -> None:
-                server.flush_stream(_get_ident(), "inspect() ends")
+                server.flush_stream(me, "inspect() ends")
                 server.recorders.remove(rec)
 
             self.call(stop)

@@ -22,9 +22,10 @@ import pyopencl as cl
 from fusion_server import dtypes as dt
 from fusion_server.codegen import elementwise as cg
 from fusion_server.codegen import expressions as ex
+from fusion_server.compiling import BUILD_OPTIONS
 from fusion_server.fusers.base import Fuser
 from fusion_server.ir import CustomKernelOp, ElementwiseOp, Scalar, TensorIr
-from fusion_server.server import BUILD_OPTIONS, FusionServer
+from fusion_server.server import FusionServer
 
 from . import _functions as F
 from .devices import client_for

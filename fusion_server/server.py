@@ -17,6 +17,7 @@ import numpy as np
 import pyopencl as cl
 
 from .codegen import elementwise as cg
+from .compiling import CompileJob, NeedsCompile
 from .errors import FusionError, TensorFailedError
 from .fusers.base import Fuser, Plan
 from .fusers.custom_kernel import CustomKernelPlan
@@ -29,8 +30,6 @@ from .stream import Stream
 log = logging.getLogger("fusion_server")
 
 MODES = ("lazy", "eager")
-# float32 division and sqrt rounded like numpy's (some drivers default to a few ulp off).
-BUILD_OPTIONS = ("-cl-fp32-correctly-rounded-divide-sqrt",)
 
 
 @dataclass
@@ -104,6 +103,7 @@ class FusionServer:
         if self.max_bindings < 6:
             raise FusionError(f"max bindings {self.max_bindings} is below 6, the most one op needs")
         self.max_ops = max_ops or _env_int("FUSION_MAX_OPS") or 64
+        self.compile_under_lock = False  # True only for callers that cannot release it
         self.fuser_factories: list[Callable[[FusionServer], Fuser]] = []
         self._thread_marks = threading.local()
         self.ended_streams: deque[int] = deque()  # filled by _ThreadEndMark, without the lock
@@ -146,7 +146,8 @@ class FusionServer:
     def flush_ended_streams(self) -> None:
         """Run what threads that have ended left queued (their dead values are skipped)."""
         while self.ended_streams:
-            self.flush_stream(self.ended_streams.popleft(), "its thread ended")
+            self.flush_stream(self.ended_streams[0], "its thread ended")
+            self.ended_streams.popleft()  # only once flushed (a flush may need a compile first)
 
     def add_fuser(self, factory: Callable[[FusionServer], Fuser]) -> None:
         """Offer every later block to a fuser made by `factory` too (streams are renewed)."""
@@ -158,8 +159,12 @@ class FusionServer:
     # -- registering work -----------------------------------------------------------
     def register(self, stream_id: int, op: OperationIr) -> None:
         """Queue `op` on a stream; blocks run as the fusers close them."""
-        self.counters["ops_registered"] += 1
         entries = self.handles.entries
+        first_out = op.out.id if type(op) is ElementwiseOp else op.outputs[0].id
+        if first_out in entries:
+            # Already queued: a compile interrupted it after that; carry on from there.
+            self.stream(stream_id).advance(self)
+            return
         if type(op) is ElementwiseOp:  # the hot path: a few operands, some of them scalars
             reads = [entries.get(t) or self.handles.get(t) for t in op.inputs if type(t) is int]
         else:
@@ -170,6 +175,8 @@ class FusionServer:
                 # Its writer waits in another thread's queue: run that queue first, so the
                 # in-order device queue puts the write before this read.
                 self.flush_stream(st.stream, f"stream {stream_id} reads tensor {entry.ir.id}")
+        self.counters["ops_registered"] += 1
+        for entry in reads:
             entry.readers += 1
         if type(op) is ElementwiseOp:
             self.handles.add_pending(op.out, stream_id)
@@ -206,9 +213,11 @@ class FusionServer:
 
     # -- running blocks ---------------------------------------------------------------
     def run_plan(self, plan: Plan) -> None:
-        self.counters["blocks"] += 1
+        """Execute a plan, then retire its ops. NeedsCompile passes through untouched."""
         try:
             plan.execute(self)
+        except NeedsCompile:
+            raise  # nothing has changed: the caller builds the kernel and resumes
         except Exception as exc:  # whatever failed, only this block's outputs carry it
             log.debug("block failed: %r", exc)
             err = exc if isinstance(exc, FusionError) else TensorFailedError(
@@ -221,8 +230,8 @@ class FusionServer:
                  if o.id in self.handles.entries],
                 err,
             )
-        finally:
-            self.retire(plan.ops)
+        self.counters["blocks"] += 1
+        self.retire(plan.ops)
 
     def retire(self, ops: list[OperationIr]) -> None:
         """The ops ran (or failed): drop their reads and settle what they produced."""
@@ -264,15 +273,23 @@ class FusionServer:
         return storage.buffer
 
     def kernel_for(self, spec: cg.KernelSpec) -> cl.Kernel:
-        kernel = self.runtime.programs.get(spec)
+        """The built kernel for `spec`; NeedsCompile when it must be built first.
+
+        Building takes long (150 ms on PoCL), so it happens outside the server lock: the
+        client catches NeedsCompile, releases the lock, builds, and resumes. With
+        `compile_under_lock` the build happens right here instead.
+        """
+        programs = self.runtime.programs
+        kernel = programs.get(spec)
         if kernel is None:
-            source, name = cg.generate(spec)
-            kernel = self.runtime.programs.build(spec, source, name, BUILD_OPTIONS)
-            index = np.int32 if spec.index == "int" else np.int64
-            arg_dtypes = [index]
-            arg_dtypes += [None] * (int(cg.has_metadata(spec)) + len(spec.outputs) + len(spec.inputs))
-            arg_dtypes += list(spec.scalars)
-            kernel.set_scalar_arg_dtypes(arg_dtypes)
+            failure = programs.failed.get(spec)
+            if failure is not None:
+                raise failure
+            job = CompileJob(programs, spec)
+            if not self.compile_under_lock:
+                raise NeedsCompile(job)
+            job.run()
+            return self.kernel_for(spec)
         return kernel
 
     def launch(

@@ -16,31 +16,51 @@ log = logging.getLogger("fusion_server")
 
 
 class Stream:
-    """Ops of one thread, in order; blocks run as soon as every fuser has closed."""
+    """Ops of one thread, in order; blocks run as soon as every fuser has closed.
+
+    `queue` holds every op not yet run; the fusers have seen its first `offered` ops.
+    Running a block can stop with NeedsCompile before anything changes; `advance` picks
+    up from exactly that state once the kernel is built.
+    """
 
     def __init__(self, stream_id: int, fusers: list[Fuser], single: Callable[[OperationIr], Plan]):
         self.id = stream_id
         self.queue: list[OperationIr] = []
+        self.offered = 0
         self.fusers = fusers
         self.single = single  # the plan for an op that no fuser takes
 
     def register(self, op: OperationIr, server: FusionServer) -> None:
         self.queue.append(op)
-        still_open = False
-        for fuser in self.fusers:
-            if not fuser.closed and fuser.offer(op, server):
-                still_open = True
-        if not still_open:
-            self._run_best(server, "no fuser takes the next op")
+        self.advance(server)
+
+    def advance(self, server: FusionServer, flush_reason: str | None = None) -> None:
+        """Offer unseen ops, run blocks whose fusers have all closed; with a reason, run all."""
+        fusers = self.fusers
+        queue = self.queue
+        while True:
+            if self.offered and not any(not f.closed for f in fusers):
+                self._run_best(server, flush_reason or "no fuser takes the next op")
+                queue = self.queue
+                continue
+            if self.offered < len(queue):
+                op = queue[self.offered]
+                self.offered += 1
+                for fuser in fusers:
+                    if not fuser.closed:
+                        fuser.offer(op, server)
+                continue
+            if flush_reason and queue:
+                for fuser in fusers:
+                    if not fuser.closed:
+                        fuser.closed = True
+                        fuser.close_reason = flush_reason
+                continue
+            return
 
     def flush(self, server: FusionServer, why: str = "flush") -> None:
         """Run everything queued."""
-        while self.queue:
-            for fuser in self.fusers:
-                if not fuser.closed:
-                    fuser.closed = True
-                    fuser.close_reason = why
-            self._run_best(server, why)
+        self.advance(server, why)
 
     def _run_best(self, server: FusionServer, why: str) -> None:
         best = max(self.fusers, key=lambda f: f.score(), default=None)
@@ -50,16 +70,14 @@ class Stream:
         else:
             plan = self.single(self.queue[0])
             reason = why
+        server.run_plan(plan)  # may raise NeedsCompile: then nothing here has changed
         count = len(plan.ops)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "stream %s: block of %d ops (%s) closed: %s",
                 self.id, count, ", ".join(getattr(o, "name", type(o).__name__) for o in plan.ops), reason,
             )
-        rest = self.queue[count:]
-        self.queue = []
+        self.queue = self.queue[count:]
+        self.offered = 0
         for fuser in self.fusers:
             fuser.reset()
-        server.run_plan(plan)
-        for op in rest:
-            self.register(op, server)

@@ -63,6 +63,13 @@ def has_metadata(spec: KernelSpec) -> bool:
     return any(cls != "contig" for _, cls in spec.inputs)
 
 
+def arg_dtypes(spec: KernelSpec) -> list:
+    """pyopencl's scalar argument dtypes for the kernel (None for buffers)."""
+    index = np.int32 if spec.index == "int" else np.int64
+    buffers = int(has_metadata(spec)) + len(spec.outputs) + len(spec.inputs)
+    return [index] + [None] * buffers + list(spec.scalars)
+
+
 def metadata(
     spec: KernelSpec, dims: tuple[int, ...], layouts: list[tuple[int, tuple[int, ...]]]
 ) -> tuple[int, ...]:

@@ -16,6 +16,7 @@ import numpy as np
 from ..codegen import elementwise as cg
 from ..codegen.expressions import SCALAR_EXPRS, needs_scalar_code
 from ..codegen.layout import broadcast_strides, classify, collapse
+from ..compiling import NeedsCompile
 from ..errors import TensorFailedError
 from ..handles import FAILED, PENDING, Entry
 from ..ir import ElementwiseOp, OperationIr, size_of
@@ -250,6 +251,8 @@ class ElementwisePlan:
             if bindings > self.max_bindings and len(live_ops) > 1:
                 raise RuntimeError(f"needs {bindings} bindings, over the limit of {self.max_bindings}")
             kernel = server.kernel_for(spec)
+        except NeedsCompile:
+            raise  # nothing has changed yet: built outside the lock, then this runs again
         except Exception as exc:  # a compiler error fails this block only (invariant 6)
             err = TensorFailedError(
                 f"element-wise block ({', '.join(op.name for op in live_ops)}) failed to build: {exc}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 import pyopencl as cl
 
@@ -28,12 +28,49 @@ class ProgramCache:
         self._kernels: dict[Hashable, cl.Kernel] = {}
         self.compiles = 0
         self.compile_seconds = 0.0
-        self._lock = threading.Lock()  # guards the counters when builds run off the server lock
+        self._lock = threading.Lock()  # guards counters and `_building`: builds run off the server lock
+        self._building: dict[Hashable, threading.Lock] = {}  # keys being built, held by the builder
+        self.failed: dict[Hashable, Exception] = {}  # keys whose build failed, with why
 
     def get(self, key: Hashable) -> cl.Kernel | None:
         return self._kernels.get(key)
 
-    def build(self, key: Hashable, source: str, name: str, options: tuple[str, ...] = ()) -> cl.Kernel:
+    def build_once(
+        self,
+        key: Hashable,
+        make_source: Callable[[], tuple[str, str]],
+        options: tuple[str, ...] = (),
+        arg_dtypes: list | None = None,
+    ) -> cl.Kernel:
+        """The kernel for `key`, built by exactly one thread however many ask at once."""
+        kernel = self._kernels.get(key)
+        if kernel is not None:
+            return kernel
+        with self._lock:
+            gate = self._building.get(key)
+            mine = gate is None
+            if mine:
+                gate = self._building[key] = threading.Lock()
+                gate.acquire()
+        if not mine:
+            with gate:  # another thread builds it; this is a host wait, not a device wait
+                pass
+            kernel = self._kernels.get(key)
+            if kernel is not None:
+                return kernel
+            return self.build_once(key, make_source, options, arg_dtypes)  # its build failed: try ours
+        try:
+            source, name = make_source()
+            kernel = self.build(key, source, name, options, arg_dtypes)
+        finally:
+            with self._lock:
+                del self._building[key]
+            gate.release()
+        return kernel
+
+    def build(
+        self, key: Hashable, source: str, name: str, options: tuple[str, ...] = (), arg_dtypes: list | None = None
+    ) -> cl.Kernel:
         """Compile `source`, keep kernel `name` under `key`, and return it."""
         import time
 
@@ -47,6 +84,8 @@ class ProgramCache:
         except cl.RuntimeError as exc:
             raise KernelBuildError(f"OpenCL build of {name} failed:\n{exc}") from None
         kernel = cl.Kernel(program, name)
+        if arg_dtypes is not None:
+            kernel.set_scalar_arg_dtypes(arg_dtypes)
         elapsed = time.perf_counter() - start
         with self._lock:
             self.compiles += 1

@@ -1,0 +1,39 @@
+"""Building kernels outside the server lock.
+
+A plan that needs a kernel nobody has built yet raises NeedsCompile before it changes
+anything. The client catches it, releases the lock, runs the job (codegen and the
+OpenCL build, which take tens to hundreds of milliseconds), takes the lock again and
+resumes. Meanwhile other threads register, launch and read.
+"""
+
+from __future__ import annotations
+
+from .codegen import elementwise as cg
+from .runtime.programs import ProgramCache
+
+# float32 division and sqrt rounded like numpy's (some drivers default to a few ulp off).
+BUILD_OPTIONS = ("-cl-fp32-correctly-rounded-divide-sqrt",)
+
+
+class CompileJob:
+    """Generate and build the kernel of one specialization key; safe without the lock."""
+
+    def __init__(self, programs: ProgramCache, spec: cg.KernelSpec):
+        self.programs = programs
+        self.spec = spec
+
+    def run(self) -> None:
+        """Build; a failure is kept by the cache and fails the block when it resumes."""
+        spec = self.spec
+        try:
+            self.programs.build_once(spec, lambda: cg.generate(spec), BUILD_OPTIONS, cg.arg_dtypes(spec))
+        except Exception as exc:
+            self.programs.failed[spec] = exc
+
+
+class NeedsCompile(Exception):  # noqa: N818  (a signal, not an error)
+    """Raised under the lock when a block needs a kernel that is not built yet."""
+
+    def __init__(self, job: CompileJob):
+        super().__init__(f"a kernel for {len(job.spec.ops)} ops needs a build")
+        self.job = job
