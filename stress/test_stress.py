@@ -13,6 +13,7 @@ import threading
 import time
 
 import numpy as np
+import pyopencl as cl
 
 import clients
 
@@ -27,6 +28,27 @@ UNARY = [
     ("neg", lambda x: -x, lambda x: -x),
     ("sq", lambda x: clients.sqrt(x * x + 1.0), lambda x: np.sqrt(x * x + np.float32(1.0))),
 ]
+softplus = clients.custom.elementwise("stress_softplus", "x > 20 ? x : log1p(exp(x))")
+_REVERSE = """__kernel void reverse_flat(__global const float* x, __global float* y, const int n)
+{ int i = get_global_id(0); if (i < n) y[i] = x[n - 1 - i]; }"""
+_programs: dict = {}
+
+
+def _launch_reverse(queue, inputs, outputs):
+    prog = _programs.get(queue.context)
+    if prog is None:
+        prog = _programs[queue.context] = cl.Program(queue.context, _REVERSE).build()
+    n = inputs[0].size
+    if n:
+        prog.reverse_flat(queue, (n,), None, inputs[0].data, outputs[0].data, np.int32(n))
+
+
+reverse_flat = clients.custom.kernel("stress_reverse", _launch_reverse, outputs=lambda x: [(x.shape, x.dtype)])
+UNARY += [
+    ("softplus", softplus, lambda x: np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))),
+    ("reverse", reverse_flat, lambda x: x.ravel()[::-1].reshape(x.shape)),
+]
+
 BINARY = [
     ("add", lambda a, b: a + b, lambda a, b: a + b),
     ("mul", lambda a, b: a * b, lambda a, b: a * b),
@@ -79,10 +101,16 @@ def worker(seed: int, pool: SharedPool, deadline: float, tally: dict, errors: li
                     continue  # shapes that do not broadcast: numpy refuses too
                 pool.put(f(a, b), expected)
                 local["ops"] += 1
-            elif roll < 0.9:
+            elif roll < 0.86:
                 t, v = pool.pick(rng)
                 if t.ndim >= 1 and t.shape[-1] > 2:
                     pool.put(t[..., ::2] * 1.0, v[..., ::2])
+            elif roll < 0.9:
+                t, v = pool.pick(rng)
+                got = clients.resolve(t).get()  # contiguous: every pooled tensor is an op's output
+                local["reads"] += 1
+                if not np.allclose(got, v, rtol=1e-4, atol=1e-5):
+                    errors.append(f"resolve mismatch (seed {seed})")
             else:
                 t, v = pool.pick(rng)
                 got = t.numpy()

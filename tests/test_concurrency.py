@@ -161,3 +161,56 @@ def test_no_blocking_call_outside_the_wait_module():
                 if pattern.search(line):
                     offenders.append(f"{path.relative_to(root)}:{no}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_read_while_another_thread_flushes_a_long_queue():
+    """B reads its own small result while A's stream holds hundreds of queued ops."""
+    a = rand(4096)
+    x = clients.asarray(a)
+    a_queued = threading.Event()
+    b_done = threading.Event()
+
+    def long_queue():
+        t = x
+        for i in range(600):  # many blocks' worth of ops, launched as blocks close
+            t = t * 0.999 + 0.001
+            if i == 300:
+                a_queued.set()
+        assert b_done.wait(TIMEOUT)
+        return t.numpy()
+
+    th, box = run_thread(long_queue)
+    assert a_queued.wait(TIMEOUT)
+    y = clients.asarray(rand(8, seed=3))
+    np.testing.assert_allclose((y + 1.0).numpy(), rand(8, seed=3) + 1, rtol=1e-6)
+    b_done.set()
+    got = joined(th, box)
+    want = a.copy()
+    for _ in range(600):
+        want = want * np.float32(0.999) + np.float32(0.001)
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+def test_tensor_made_in_one_thread_is_resolved_read_and_dropped_in_another(baseline):
+    a = rand(300)
+    made = threading.Event()
+    box: dict = {}
+
+    def producer():
+        box["t"] = clients.tanh(clients.asarray(a)) * 2.0  # pending in this thread's stream
+        made.set()
+
+    th = threading.Thread(target=producer)
+    th.start()
+    assert made.wait(TIMEOUT)
+    th.join(TIMEOUT)
+    t = box.pop("t")
+    arr = clients.resolve(t)
+    np.testing.assert_allclose(arr.get(), np.tanh(a) * 2, rtol=1e-5)
+    np.testing.assert_allclose((t + 1.0).numpy(), np.tanh(a) * 2 + 1, rtol=1e-5)
+    del t, arr
+    import gc
+
+    gc.collect()
+    clients.sync()
+    assert clients.stats()["buffers_live"] == baseline

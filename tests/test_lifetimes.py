@@ -133,3 +133,30 @@ def test_work_left_by_an_ended_thread_is_released(baseline):
     stats = clients.stats()
     assert stats["pending_ops"] == 0
     assert stats["buffers_live"] == baseline
+
+
+def test_host_memory_stays_bounded_in_a_steady_loop():
+    import tracemalloc
+
+    a = rand((16, 64))
+    x = clients.asarray(a)
+
+    def step(i):
+        y = clients.tanh(x * float(i % 7)) + x.T.reshape(16, 64) * 0.5
+        if i % 10 == 0:
+            y.numpy()
+
+    for i in range(300):  # warm: kernels built, caches filled
+        step(i)
+    settle()
+    tracemalloc.start()
+    try:
+        first = tracemalloc.take_snapshot()
+        for i in range(1500):
+            step(i)
+        settle()
+        growth = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(first, "filename"))
+    finally:
+        tracemalloc.stop()
+    assert growth < 256 * 1024, f"host memory grew by {growth} bytes over 1500 steady iterations"
+    assert clients.stats()["pending_ops"] == 0
