@@ -182,23 +182,10 @@ def binary(name: str, a: Any, b: Any) -> Tensor:
         out = _new(client, shape, out_dtype)
         client.register(_tuple_new(ElementwiseOp, (name, (a._id, b._id), compute, out, None, ())))
         return Tensor._make(client, out.id, shape, out_dtype)
+    if tb and not ta and type(a) in _PY_SCALARS:  # `1.0 - x`: the same, operands swapped
+        return _tensor_scalar(name, b, a, True)
     if ta and type(b) in _PY_SCALARS:  # the common `x * 2.0`
-        da = a.dtype
-        if type(b) is float and da.kind == "f":
-            dtype, value = da, da.type(b)
-        else:
-            dtype = dt.promote_scalar(da, b)
-            if type(b) is int and name in _COMPARISONS and dtype.kind == "i":
-                dtype = _wide_enough(dtype, b)
-            value = dt.scalar_value(b, dtype)
-        compute, out_dtype = _RESOLVED.get((name, dtype)) or _resolve(name, dtype)
-        client = a._client
-        shape = a.shape
-        out = _new(client, shape, out_dtype)
-        # tuple.__new__ builds the descriptors without the named tuples' Python-level __new__.
-        scalar = _tuple_new(Scalar, (value, dtype))
-        client.register(_tuple_new(ElementwiseOp, (name, (a._id, scalar), compute, out, None, ())))
-        return Tensor._make(client, out.id, shape, out_dtype)
+        return _tensor_scalar(name, a, b, False)
     if ta and _is_scalar(b) or tb and _is_scalar(a):
         t = a if ta else b
         dtype = _promote((a, b))
@@ -211,6 +198,27 @@ def binary(name: str, a: Any, b: Any) -> Tensor:
         raise TypeError(f"{name} needs at least one tensor operand")
     client = _client_of((a, b))
     return binary(name, _as_tensor(a, client), _as_tensor(b, client))
+
+
+def _tensor_scalar(name: str, a: Tensor, b: bool | int | float, swapped: bool) -> Tensor:
+    """Op `name` of tensor `a` and Python scalar `b` (`b op a` when swapped): the hot path."""
+    da = a.dtype
+    if type(b) is float and da.kind == "f":
+        dtype, value = da, da.type(b)
+    else:
+        dtype = dt.promote_scalar(da, b)
+        if type(b) is int and name in _COMPARISONS and dtype.kind == "i":
+            dtype = _wide_enough(dtype, b)
+        value = dt.scalar_value(b, dtype)
+    compute, out_dtype = _RESOLVED.get((name, dtype)) or _resolve(name, dtype)
+    client = a._client
+    shape = a.shape
+    out = _new(client, shape, out_dtype)
+    # tuple.__new__ builds the descriptors without the named tuples' Python-level __new__.
+    scalar = _tuple_new(Scalar, (value, dtype))
+    operands = (scalar, a._id) if swapped else (a._id, scalar)
+    client.register(_tuple_new(ElementwiseOp, (name, operands, compute, out, None, ())))
+    return Tensor._make(client, out.id, shape, out_dtype)
 
 
 def unary(name: str, x: Any) -> Tensor:

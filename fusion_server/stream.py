@@ -39,10 +39,14 @@ class Stream:
         fusers = self.fusers
         queue = self.queue
         while True:
-            if self.offered and not any(not f.closed for f in fusers):
-                self._run_best(server, flush_reason or "no fuser takes the next op")
-                queue = self.queue
-                continue
+            if self.offered:
+                for fuser in fusers:
+                    if not fuser.closed:
+                        break
+                else:  # every fuser has closed: run the best block
+                    self._run_best(server, flush_reason or "no fuser takes the next op")
+                    queue = self.queue
+                    continue
             if self.offered < len(queue):
                 op = queue[self.offered]
                 self.offered += 1
