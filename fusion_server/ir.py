@@ -63,18 +63,34 @@ class CustomKernelOp(NamedTuple):
     params: tuple[tuple[str, Any], ...]
 
 
-OperationIr = Union[ElementwiseOp, CustomKernelOp]
+class ReduceOp(NamedTuple):
+    """`out = name(input)` over `axes` (sum, prod, max, min, argmax, argmin).
+
+    `acc` is the dtype the reduction accumulates in; `out` keeps size-1 dims or not,
+    which does not change its (contiguous) layout.
+    """
+
+    name: str
+    input: int
+    axes: tuple[int, ...]
+    acc: np.dtype
+    out: TensorIr
+
+
+OperationIr = Union[ElementwiseOp, CustomKernelOp, ReduceOp]
 
 
 def tensor_inputs(op: OperationIr) -> tuple[int, ...]:
     """The ids of the tensors an op reads."""
     if type(op) is ElementwiseOp:
         return tuple([i for i in op.inputs if type(i) is int])
+    if type(op) is ReduceOp:
+        return (op.input,)
     return op.inputs
 
 
 def outputs_of(op: OperationIr) -> tuple[TensorIr, ...]:
-    return (op.out,) if type(op) is ElementwiseOp else op.outputs
+    return op.outputs if type(op) is CustomKernelOp else (op.out,)
 
 
 _STRIDES: dict[tuple[int, ...], tuple[int, ...]] = {}

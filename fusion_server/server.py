@@ -160,7 +160,7 @@ class FusionServer:
     def register(self, stream_id: int, op: OperationIr) -> None:
         """Queue `op` on a stream; blocks run as the fusers close them."""
         entries = self.handles.entries
-        first_out = op.out.id if type(op) is ElementwiseOp else op.outputs[0].id
+        first_out = op.outputs[0].id if type(op) is CustomKernelOp else op.out.id
         if first_out in entries:
             # Already queued: a compile interrupted it after that; carry on from there.
             self.stream(stream_id).advance(self)
@@ -178,11 +178,8 @@ class FusionServer:
         self.counters["ops_registered"] += 1
         for entry in reads:
             entry.readers += 1
-        if type(op) is ElementwiseOp:
-            self.handles.add_pending(op.out, stream_id)
-        else:
-            for out in outputs_of(op):
-                self.handles.add_pending(out, stream_id)
+        for out in outputs_of(op):
+            self.handles.add_pending(out, stream_id)
         stream = self.streams.get(stream_id) or self.stream(stream_id)
         stream.register(op, self)
 

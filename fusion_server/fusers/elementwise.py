@@ -138,69 +138,15 @@ class ElementwisePlan:
     def execute(self, server: FusionServer) -> None:
         ops = self.ops
         entries = server.handles.entries
-        produced = {op.out.id: j for j, op in enumerate(ops)}
-        inblock: dict[int, int] = {}
-        for op in ops:
-            for operand in op.inputs:
-                if type(operand) is int:
-                    inblock[operand] = inblock.get(operand, 0) + 1
-        needed: set[int] = set()
-        for j, op in enumerate(ops):
-            e = entries[op.out.id]
-            st = e.storage
-            if e.alive or e.readers > inblock.get(op.out.id, 0) or st.refs > 1 or st.pins:
-                needed.add(j)
-        # Backward liveness: an op runs when its value is written or feeds one that runs.
-        live = [False] * len(ops)
-        used = set(needed)
-        for j in range(len(ops) - 1, -1, -1):
-            if j in used:
-                live[j] = True
-                for operand in ops[j].inputs:
-                    if type(operand) is int and operand in produced:
-                        used.add(produced[operand])
+        needed = needed_values(ops, entries)
+        live = liveness(ops, needed)
         if not any(live):
             return
         live_ops = [op for j, op in enumerate(ops) if live[j]]
         out_entries = [entries[ops[j].out.id] for j in sorted(needed)]
-
-        # Relative form: inputs numbered by first use, scalars by position.
-        in_pos: dict[int, int] = {}
-        in_entries: list[Entry] = []
-        scalars: list = []
-        scalar_dtypes: list = []
-        vmap: dict[int, int] = {}
-        trace: list[cg.TraceOp] = []
-        for j, op in enumerate(ops):
-            if not live[j]:
-                continue
-            args = []
-            for operand in op.inputs:
-                if type(operand) is int:
-                    if operand in produced:
-                        args.append(("v", vmap[produced[operand]]))
-                        continue
-                    k = in_pos.get(operand)
-                    if k is None:
-                        k = in_pos[operand] = len(in_entries)
-                        in_entries.append(entries[operand])
-                    args.append(("i", k))
-                else:
-                    args.append(("s", len(scalars)))
-                    scalars.append(operand.value)
-                    scalar_dtypes.append(operand.dtype)
-            vmap[j] = len(trace)
-            trace.append(cg.TraceOp(op.name, op.compute, op.out.dtype, tuple(args), op.expr, op.params))
-
-        for e in in_entries:
-            if e.storage.status == FAILED:
-                err = TensorFailedError(
-                    f"element-wise block ({', '.join(op.name for op in live_ops)}) not run: "
-                    f"its input tensor {e.ir.id} failed: {e.storage.error}"
-                )
-                err.__cause__ = e.storage.error
-                server.fail_storages([e2.storage for e2 in out_entries], err)
-                return
+        trace, in_entries, scalars, scalar_dtypes, vmap = relative_form(ops, live, entries)
+        if fail_on_failed_inputs(server, "element-wise block", live_ops, in_entries, out_entries):
+            return
 
         shape = self.shape
         n = size_of(shape)
@@ -279,3 +225,82 @@ class ElementwisePlan:
 
 def spec_index_value(index: str, n: int) -> np.integer:
     return np.int32(n) if index == "int" else np.int64(n)
+
+
+def needed_values(ops: list[ElementwiseOp], entries: dict) -> set[int]:
+    """Positions of the ops whose value must be written: a live handle, a reader after
+    the block, a view of it, or a pin."""
+    inblock: dict[int, int] = {}
+    for op in ops:
+        for operand in op.inputs:
+            if type(operand) is int:
+                inblock[operand] = inblock.get(operand, 0) + 1
+    needed: set[int] = set()
+    for j, op in enumerate(ops):
+        e = entries[op.out.id]
+        st = e.storage
+        if e.alive or e.readers > inblock.get(op.out.id, 0) or st.refs > 1 or st.pins:
+            needed.add(j)
+    return needed
+
+
+def liveness(ops: list[ElementwiseOp], needed: set[int]) -> list[bool]:
+    """Backward liveness: an op runs when its value is written or feeds one that runs."""
+    produced = {op.out.id: j for j, op in enumerate(ops)}
+    live = [False] * len(ops)
+    used = set(needed)
+    for j in range(len(ops) - 1, -1, -1):
+        if j in used:
+            live[j] = True
+            for operand in ops[j].inputs:
+                if type(operand) is int and operand in produced:
+                    used.add(produced[operand])
+    return live
+
+
+def relative_form(ops: list[ElementwiseOp], live: list[bool], entries: dict, first_inputs: tuple = ()):
+    """The live ops as TraceOps: inputs numbered by first use (after `first_inputs`),
+    scalars by position, values by op. Returns (trace, input entries, scalar values,
+    scalar dtypes, op position -> value index)."""
+    produced = {op.out.id: j for j, op in enumerate(ops)}
+    in_pos: dict[int, int] = {tid: k for k, tid in enumerate(first_inputs)}
+    in_entries: list[Entry] = [entries[tid] for tid in first_inputs]
+    scalars: list = []
+    scalar_dtypes: list = []
+    vmap: dict[int, int] = {}
+    trace: list[cg.TraceOp] = []
+    for j, op in enumerate(ops):
+        if not live[j]:
+            continue
+        args = []
+        for operand in op.inputs:
+            if type(operand) is int:
+                if operand in produced:
+                    args.append(("v", vmap[produced[operand]]))
+                    continue
+                k = in_pos.get(operand)
+                if k is None:
+                    k = in_pos[operand] = len(in_entries)
+                    in_entries.append(entries[operand])
+                args.append(("i", k))
+            else:
+                args.append(("s", len(scalars)))
+                scalars.append(operand.value)
+                scalar_dtypes.append(operand.dtype)
+        vmap[j] = len(trace)
+        trace.append(cg.TraceOp(op.name, op.compute, op.out.dtype, tuple(args), op.expr, op.params))
+    return trace, in_entries, scalars, scalar_dtypes, vmap
+
+
+def fail_on_failed_inputs(server: FusionServer, what: str, ops: list, in_entries: list, out_entries: list) -> bool:
+    """Mark the outputs failed when an input failed (then the block does not run)."""
+    for e in in_entries:
+        if e.storage.status == FAILED:
+            err = TensorFailedError(
+                f"{what} ({', '.join(op.name for op in ops)}) not run: "
+                f"its input tensor {e.ir.id} failed: {e.storage.error}"
+            )
+            err.__cause__ = e.storage.error
+            server.fail_storages([o.storage for o in out_entries], err)
+            return True
+    return False

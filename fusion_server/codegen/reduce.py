@@ -1,0 +1,277 @@
+"""OpenCL C for a reduction with its element-wise prologue and epilogue fused in.
+
+The prologue (element-wise ops over the reduction's input shape) is computed while
+reading; the epilogue (element-wise ops over the output shape) before writing. Two
+strategies, chosen per device and size (the key says which):
+
+  loop   one work-item per output element loops over the reduced elements. CPUs run a
+         work-group as a loop anyway: this streams each row through one core's cache
+         (measured on PoCL: 21.6 GB/s for row sums, against 6.2 GB/s for a tree).
+  group  one work-group per output element: each work-item accumulates a strided share,
+         then a tree in local memory. GPUs need the parallelism within a row and
+         coalesced reads (consecutive work-items read consecutive elements).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import dtypes as dt
+from . import elementwise as ew
+from . import expressions as ex
+
+GROUP_SIZE = 256
+
+
+class ReduceSpec(NamedTuple):
+    """Everything the reduction kernel's source depends on; the program cache's key."""
+
+    kind: str  # sum, prod, max, min, argmax, argmin
+    acc: np.dtype  # accumulator dtype
+    prologue: ew.KernelSpec  # ops over the input shape; outputs=(value reduced,) or () for input 0
+    epilogue: ew.KernelSpec  # ops over the output shape; its input 0 is the reduced value
+    kept_rank: int  # collapsed kept dims (0: a single output element)
+    red_rank: int  # collapsed reduced dims
+    strategy: str  # "loop" or "group"
+    index: str  # "int" or "long"
+    out_rank: int  # dims of the output, for strided epilogue inputs (0 if none)
+
+
+def kernel_name(spec: ReduceSpec) -> str:
+    digest = hashlib.sha1(repr(spec).encode()).hexdigest()[:10]
+    return f"reduce_{spec.kind}_{digest}"
+
+
+def arg_dtypes(spec: ReduceSpec) -> list:
+    index = np.int32 if spec.index == "int" else np.int64
+    buffers = 1 + len(spec.epilogue.outputs) + len(spec.prologue.inputs) + len(spec.epilogue.inputs) - 1
+    return [index, index] + [None] * buffers + list(spec.prologue.scalars) + list(spec.epilogue.scalars)
+
+
+def _identity(kind: str, acc: np.dtype) -> str:
+    t = dt.CL_NAME[acc]
+    if kind == "sum":
+        return f"(({t})0)"
+    if kind == "prod":
+        return f"(({t})1)"
+    big = {"float": "INFINITY", "double": "INFINITY", "int": "INT_MAX", "long": "LONG_MAX", "uchar": "1"}[t]
+    small = {"float": "-INFINITY", "double": "-INFINITY", "int": "INT_MIN", "long": "LONG_MIN", "uchar": "0"}[t]
+    return small if kind in ("max", "argmax") else big
+
+
+def _better(kind: str, acc: np.dtype, v: str, best: str) -> str:
+    """Condition under which value `v` replaces `best` (NaN wins and stays, as in numpy)."""
+    op = ">" if kind in ("max", "argmax") else "<"
+    if dt.is_float(acc):
+        return f"(!isnan({best}) && (({v}) {op} ({best}) || isnan({v})))"
+    return f"(({v}) {op} ({best}))"
+
+
+def _combine(kind: str, acc: np.dtype, a: str, v: str) -> str:
+    """Statement folding value `v` into accumulator `a` (not for arg kinds)."""
+    if kind == "sum":
+        return f"{a} += {v};"
+    if kind == "prod":
+        return f"{a} *= {v};"
+    return f"if ({_better(kind, acc, v, a)}) {a} = {v};"
+
+
+def _prologue_loads(spec: ReduceSpec, indent: str) -> list[str]:
+    """Loads of the prologue inputs at p{k} (computed from kept and reduced coords)."""
+    lines = []
+    for k, (dtype, _) in enumerate(spec.prologue.inputs):
+        lines.append(f"{indent}const {dt.CL_NAME[dtype]} x{k} = in{k}[p{k}];")
+    return lines
+
+
+def _value_to_reduce(spec: ReduceSpec) -> tuple[str, np.dtype]:
+    pro = spec.prologue
+    if pro.outputs:
+        j = pro.outputs[0]
+        return f"v{j}", pro.ops[j].out
+    return "x0", pro.inputs[0][0]
+
+
+def _loop_body(spec: ReduceSpec, r: str, indent: str) -> list[str]:
+    """Statements for reduced element number `r`: positions, loads, prologue, fold."""
+    lines = []
+    n_in = len(spec.prologue.inputs)
+    if spec.red_rank == 1:
+        for k in range(n_in):
+            lines.append(f"{indent}const IDX p{k} = b{k} + {r} * R{k}_0;")
+    else:
+        lines.append(f"{indent}IDX rr = {r};")
+        for d in range(spec.red_rank - 1, 0, -1):
+            lines.append(f"{indent}const IDX q{d} = rr % RD{d}; rr /= RD{d};")
+        lines.append(f"{indent}const IDX q0 = rr;")
+        for k in range(n_in):
+            terms = " + ".join(f"q{d} * R{k}_{d}" for d in range(spec.red_rank))
+            lines.append(f"{indent}const IDX p{k} = b{k} + {terms};")
+    lines += _prologue_loads(spec, indent)
+    for k, dtype in enumerate(spec.prologue.scalars):
+        lines.append(f"{indent}const {dt.CL_NAME[dtype]} s{k} = a{k};")
+    for j, op in enumerate(spec.prologue.ops):
+        lines += [indent + line for line in ew._op_expr(spec.prologue, op, j, 1)]
+    value, vdtype = _value_to_reduce(spec)
+    v = ex.cast(value, vdtype, spec.acc, 1)
+    if spec.kind in ("argmax", "argmin"):
+        lines.append(f"{indent}{{ const {dt.CL_NAME[spec.acc]} val = {v};")
+        lines.append(f"{indent}  if ({_better(spec.kind, spec.acc, 'val', 'acc')}) {{ acc = val; arg = {r}; }} }}")
+    else:
+        fold = _combine(spec.kind, spec.acc, "acc", "val")
+        lines.append(f"{indent}{{ const {dt.CL_NAME[spec.acc]} val = {v}; {fold} }}")
+    return lines
+
+
+def _epilogue(spec: ReduceSpec, indent: str) -> list[str]:
+    """Loads at output element `o`, the epilogue ops, and the stores."""
+    epi = spec.epilogue
+    n_pro_in = len(spec.prologue.inputs)
+    n_pro_sc = len(spec.prologue.scalars)
+    result = "arg" if spec.kind in ("argmax", "argmin") else "acc"
+    first = epi.inputs[0][0]
+    lines = [f"{indent}const {dt.CL_NAME[first]} x0 = {ex.cast(result, _result_dtype(spec), first, 1)};"]
+    if spec.out_rank:
+        lines.append(f"{indent}IDX orem = o;")
+        for d in range(spec.out_rank - 1, 0, -1):
+            lines.append(f"{indent}const IDX oc{d} = orem % OD{d}; orem /= OD{d};")
+        lines.append(f"{indent}const IDX oc0 = orem;")
+    for k in range(1, len(epi.inputs)):
+        dtype, cls = epi.inputs[k]
+        param = n_pro_in + k - 1
+        if cls == "contig":
+            at = "o"
+        elif cls in ("offset",):
+            at = f"EO{k} + o"
+        elif cls == "scalar":
+            at = f"EO{k}"
+        else:
+            at = " + ".join([f"EO{k}"] + [f"oc{d} * ES{k}_{d}" for d in range(spec.out_rank)])
+        lines.append(f"{indent}const {dt.CL_NAME[dtype]} x{k} = in{param}[{at}];")
+    for k, dtype in enumerate(epi.scalars):
+        lines.append(f"{indent}const {dt.CL_NAME[dtype]} s{k} = a{n_pro_sc + k};")
+    for j, op in enumerate(epi.ops):
+        lines += [indent + line for line in ew._op_expr(epi, op, j, 1)]
+    for m, ref in enumerate(epi.outputs):
+        value = "x0" if ref == -1 else f"v{ref}"
+        lines.append(f"{indent}out{m}[o] = {value};")
+    return lines
+
+
+def _result_dtype(spec: ReduceSpec) -> np.dtype:
+    return dt.int64 if spec.kind in ("argmax", "argmin") else spec.acc
+
+
+def generate(spec: ReduceSpec) -> tuple[str, str]:
+    """(source, kernel name) for `spec`."""
+    name = kernel_name(spec)
+    pro, epi = spec.prologue, spec.epilogue
+    types = {d for d, _ in pro.inputs + epi.inputs} | set(pro.scalars) | set(epi.scalars) | {spec.acc}
+    types |= {op.out for op in pro.ops + epi.ops} | {op.compute for op in pro.ops + epi.ops}
+    src = ["#pragma OPENCL FP_CONTRACT OFF"]
+    if dt.float64 in types:
+        src.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+    src.append(f"typedef {spec.index} IDX;")
+    helpers = {(op.name, op.compute) for op in pro.ops + epi.ops if ex.needs_scalar_code(op.name, op.compute)}
+    for hname, hdtype in sorted(helpers, key=repr):
+        src.append(ex.helper_source(hname, hdtype))
+    params = ["const IDX nout", "const IDX nred", "__global const long* meta"]
+    for m, ref in enumerate(epi.outputs):
+        odtype = epi.inputs[0][0] if ref == -1 else epi.ops[ref].out
+        params.append(f"__global {dt.CL_NAME[odtype]}* out{m}")
+    for k, (dtype, _) in enumerate(pro.inputs):
+        params.append(f"__global const {dt.CL_NAME[dtype]}* in{k}")
+    for k in range(1, len(epi.inputs)):
+        params.append(f"__global const {dt.CL_NAME[epi.inputs[k][0]]}* in{len(pro.inputs) + k - 1}")
+    for k, dtype in enumerate(list(pro.scalars) + list(epi.scalars)):
+        params.append(f"const {dt.CL_NAME[dtype]} a{k}")
+    src.append(f"__kernel void {name}({', '.join(params)})")
+    src.append("{")
+    group = spec.strategy == "group"
+    if group:
+        src.append("  const IDX o = (IDX)get_group_id(0);")
+        src.append("  const IDX lid = (IDX)get_local_id(0);")
+    else:
+        src.append("  const IDX o = (IDX)get_global_id(0);")
+        src.append("  if (o >= nout) return;")
+    # Metadata: kept dims, reduced dims, output dims, then per prologue input its offset,
+    # kept strides and reduced strides, then per non-contiguous epilogue input its layout.
+    pos = 0
+    for d in range(spec.kept_rank):
+        src.append(f"  const IDX KD{d} = (IDX)meta[{pos}];")
+        pos += 1
+    for d in range(spec.red_rank):
+        src.append(f"  const IDX RD{d} = (IDX)meta[{pos}];")
+        pos += 1
+    for d in range(spec.out_rank):
+        src.append(f"  const IDX OD{d} = (IDX)meta[{pos}];")
+        pos += 1
+    if spec.kept_rank:
+        src.append("  IDX krem = o;")
+        for d in range(spec.kept_rank - 1, 0, -1):
+            src.append(f"  const IDX kc{d} = krem % KD{d}; krem /= KD{d};")
+        src.append("  const IDX kc0 = krem;")
+    for k in range(len(pro.inputs)):
+        src.append(f"  const IDX O{k} = (IDX)meta[{pos}];")
+        pos += 1
+        kept = []
+        for d in range(spec.kept_rank):
+            kept.append(f"kc{d} * (IDX)meta[{pos}]")
+            pos += 1
+        src.append(f"  const IDX b{k} = {' + '.join([f'O{k}'] + kept)};")
+        for d in range(spec.red_rank):
+            src.append(f"  const IDX R{k}_{d} = (IDX)meta[{pos}];")
+            pos += 1
+    for k in range(1, len(epi.inputs)):
+        cls = epi.inputs[k][1]
+        if cls == "contig":
+            continue
+        src.append(f"  const IDX EO{k} = (IDX)meta[{pos}];")
+        pos += 1
+        if cls.startswith("strided"):
+            for d in range(spec.out_rank):
+                src.append(f"  const IDX ES{k}_{d} = (IDX)meta[{pos}];")
+                pos += 1
+    acc_t = dt.CL_NAME[spec.acc]
+    is_arg = spec.kind in ("argmax", "argmin")
+    src.append(f"  {acc_t} acc = {_identity(spec.kind, spec.acc)};")
+    if is_arg:
+        src.append("  long arg = 0;")
+    step = f"(IDX){GROUP_SIZE}" if group else "1"
+    start = "lid" if group else "0"
+    src.append(f"  for (IDX r = {start}; r < nred; r += {step}) {{")
+    src += _loop_body(spec, "r", "    ")
+    src.append("  }")
+    if group:
+        src.append(f"  __local {acc_t} vals[{GROUP_SIZE}];")
+        if is_arg:
+            src.append(f"  __local long args[{GROUP_SIZE}];")
+            src.append("  args[lid] = arg;")
+        src.append("  vals[lid] = acc;")
+        src.append("  barrier(CLK_LOCAL_MEM_FENCE);")
+        src.append(f"  for (IDX half = {GROUP_SIZE // 2}; half > 0; half >>= 1) {{")
+        src.append("    if (lid < half) {")
+        if is_arg:
+            # Equal values: the smaller index wins, as numpy returns the first.
+            better = _better(spec.kind, spec.acc, "vals[lid + half]", "vals[lid]")
+            tie = "(vals[lid + half] == vals[lid] && args[lid + half] < args[lid])"
+            take = "vals[lid] = vals[lid + half]; args[lid] = args[lid + half];"
+            src.append(f"      if ({better} || {tie}) {{ {take} }}")
+        else:
+            src.append(f"      {acc_t} mine = vals[lid]; {_combine(spec.kind, spec.acc, 'mine', 'vals[lid + half]')}")
+            src.append("      vals[lid] = mine;")
+        src.append("    }")
+        src.append("    barrier(CLK_LOCAL_MEM_FENCE);")
+        src.append("  }")
+        src.append("  if (lid != 0) return;")
+        src.append("  acc = vals[0];")
+        if is_arg:
+            src.append("  arg = args[0];")
+    src.append("  {")
+    src += _epilogue(spec, "    ")
+    src.append("  }")
+    src.append("}")
+    return "\n".join(src) + "\n", name
