@@ -46,6 +46,7 @@ from ._functions import (
     zeros,
     zeros_like,
 )
+from ._reductions import argmax, argmin, max, mean, min, prod, sum
 from .devices import Device, client_for, default_device, devices
 from .tensor import Tensor
 
@@ -99,7 +100,8 @@ def set_mode(mode: str, device: Any = None) -> None:
 
 
 __all__ = [
-    "custom", "from_cl", "resolve", "Device", "DeviceError", "DeviceMemoryError", "DroppedTensorError", "FusionError",
+    "custom", "from_cl", "resolve", "argmax", "argmin", "max", "mean", "min", "prod", "sum",
+    "Device", "DeviceError", "DeviceMemoryError", "DroppedTensorError", "FusionError",
     "ReentrancyError", "Tensor", "TensorFailedError", "arange", "asarray", "astype", "bool",
     "broadcast_shapes", "broadcast_to", "client_for", "clip", "default_device", "devices",
     "empty", "empty_like", "expand_dims", "flush", "float32", "float64", "full", "full_like",

@@ -9,6 +9,7 @@ resumes. Meanwhile other threads register, launch and read.
 from __future__ import annotations
 
 from .codegen import elementwise as cg
+from .codegen import reduce as rg
 from .runtime.programs import ProgramCache
 
 # float32 division and sqrt rounded like numpy's (some drivers default to a few ulp off).
@@ -25,8 +26,9 @@ class CompileJob:
     def run(self) -> None:
         """Build; a failure is kept by the cache and fails the block when it resumes."""
         spec = self.spec
+        gen = rg if isinstance(spec, rg.ReduceSpec) else cg
         try:
-            self.programs.build_once(spec, lambda: cg.generate(spec), BUILD_OPTIONS, cg.arg_dtypes(spec))
+            self.programs.build_once(spec, lambda: gen.generate(spec), BUILD_OPTIONS, gen.arg_dtypes(spec))
         except Exception as exc:
             self.programs.failed[spec] = exc
 
@@ -35,5 +37,5 @@ class NeedsCompile(Exception):  # noqa: N818  (a signal, not an error)
     """Raised under the lock when a block needs a kernel that is not built yet."""
 
     def __init__(self, job: CompileJob):
-        super().__init__(f"a kernel for {len(job.spec.ops)} ops needs a build")
+        super().__init__("a kernel needs a build")
         self.job = job

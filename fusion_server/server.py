@@ -22,8 +22,18 @@ from .errors import FusionError, TensorFailedError
 from .fusers.base import Fuser, Plan
 from .fusers.custom_kernel import CustomKernelPlan
 from .fusers.elementwise import ElementwiseFuser, ElementwisePlan
+from .fusers.reduce import ReduceFuser, ReducePlan
 from .handles import FAILED, PENDING, READY, HandleContainer, Storage, span_of
-from .ir import CustomKernelOp, ElementwiseOp, OperationIr, TensorIr, ViewOp, outputs_of, tensor_inputs
+from .ir import (
+    CustomKernelOp,
+    ElementwiseOp,
+    OperationIr,
+    ReduceOp,
+    TensorIr,
+    ViewOp,
+    outputs_of,
+    tensor_inputs,
+)
 from .runtime import DeviceInfo, DeviceRuntime
 from .stream import Stream
 
@@ -124,6 +134,7 @@ class FusionServer:
         ops = 1 if self.mode == "eager" else self.max_ops
         fusers: list[Fuser] = [ElementwiseFuser(self.max_bindings, ops)]
         if self.mode != "eager":
+            fusers.append(ReduceFuser(self.max_bindings, ops))
             fusers.extend(factory(self) for factory in self.fuser_factories)
         return fusers
 
@@ -132,6 +143,8 @@ class FusionServer:
             return ElementwisePlan([op], op.out.shape, self.max_bindings)
         if type(op) is CustomKernelOp:
             return CustomKernelPlan(op)
+        if type(op) is ReduceOp:
+            return ReducePlan([], op, [], self.max_bindings)
         raise FusionError(f"no plan can run {type(op).__name__}")
 
     def stream(self, stream_id: int) -> Stream:
@@ -294,9 +307,15 @@ class FusionServer:
     ) -> None:
         """Enqueue `kernel` over `items` work-items (padded to whole work-groups)."""
         local = self.runtime.local_size
-        global_size = (items + local - 1) // local * local
+        self.launch_grid(kernel, (items + local - 1) // local * local, local, args, kind, ops, bindings, items)
+
+    def launch_grid(
+        self, kernel: cl.Kernel, global_size: int, local: int, args: list, kind: str, ops: list[str],
+        bindings: int, items: int | None = None,
+    ) -> None:
+        """Enqueue `kernel` with an explicit global and work-group size."""
         event = kernel(self.runtime.queue, (global_size,), (local,), *args)
-        self.note_launch(kind, ops, bindings, kernel.function_name, items, event)
+        self.note_launch(kind, ops, bindings, kernel.function_name, items or global_size, event)
 
     def note_launch(
         self, kind: str, ops: list[str], bindings: int, name: str, items: int, event: cl.Event | None = None

@@ -1,0 +1,258 @@
+"""The reduction fuser: element-wise prologue, one reduction, element-wise epilogue.
+
+`clients.sum(clients.exp(a * b + c), axis=-1) * 2` is one kernel: the prologue ops are
+computed while reading the reduction's input, the epilogue ops before writing. The fuser
+competes with the element-wise one: it scores nothing until it holds a reduction, then
+covers more ops than the element-wise fuser (which stops at the reduction).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..codegen import elementwise as cg
+from ..codegen import reduce as rg
+from ..codegen.layout import broadcast_strides, classify, collapse
+from ..compiling import NeedsCompile
+from ..errors import TensorFailedError
+from ..handles import PENDING
+from ..ir import ElementwiseOp, OperationIr, ReduceOp, contiguous_strides, size_of
+from .elementwise import (
+    INT32_LIMIT,
+    ElementwisePlan,
+    fail_on_failed_inputs,
+    liveness,
+    needed_values,
+    relative_form,
+)
+
+if TYPE_CHECKING:
+    from ..server import FusionServer
+
+
+class ReduceFuser:
+    name = "reduce"
+
+    def __init__(self, max_bindings: int, max_ops: int):
+        self.max_bindings = max_bindings
+        self.max_ops = max_ops
+        self.reset()
+
+    def reset(self) -> None:
+        self.prologue: list[ElementwiseOp] = []
+        self.reduce: ReduceOp | None = None
+        self.epilogue: list[ElementwiseOp] = []
+        self.values: set[int] = set()  # prologue values
+        self.epi_values: set[int] = set()
+        self.inputs: set[int] = set()
+        self.n_scalars = 0
+        self.closed = False
+        self.close_reason = ""
+
+    def _close(self, reason: str) -> bool:
+        self.closed = True
+        self.close_reason = reason
+        return False
+
+    def score(self) -> int:
+        if self.reduce is None:
+            return 0
+        return len(self.prologue) + 1 + len(self.epilogue)
+
+    def _fits(self, op: ElementwiseOp, server: FusionServer, inside: set[int]) -> bool:
+        """Whether `op`'s tensor inputs are block values or existing tensors (not views of
+        block values), and the block stays within the binding and op limits."""
+        new = set()
+        scalars = 0
+        for operand in op.inputs:
+            if type(operand) is int:
+                if operand in inside or operand in self.inputs:
+                    continue
+                if server.handles.entries[operand].storage.status == PENDING:
+                    return False
+                new.add(operand)
+            else:
+                scalars += 1
+        ops = len(self.prologue) + len(self.epilogue) + (self.reduce is not None)
+        outputs = len(self.epilogue) + 1
+        bindings = 3 + len(self.inputs) + len(new) + self.n_scalars + scalars + outputs
+        if ops >= self.max_ops or bindings > self.max_bindings:
+            return False
+        self.inputs |= new
+        self.n_scalars += scalars
+        return True
+
+    def offer(self, op: OperationIr, server: FusionServer) -> bool:
+        if self.closed:
+            return False
+        if self.reduce is None:
+            if type(op) is ElementwiseOp:
+                if self.prologue and op.out.shape != self.prologue[0].out.shape:
+                    return self._close("prologue shape changes")
+                if not self._fits(op, server, self.values):
+                    return self._close("prologue input or limits")
+                self.prologue.append(op)
+                self.values.add(op.out.id)
+                return True
+            if type(op) is ReduceOp:
+                if self.prologue and op.input not in self.values:
+                    return self._close("the reduction does not read the prologue")
+                if not self.prologue:
+                    if server.handles.entries[op.input].storage.status == PENDING:
+                        return self._close("reduction of a view of a pending value")
+                    self.inputs.add(op.input)
+                self.reduce = op
+                self.epi_values.add(op.out.id)
+                return True
+            return self._close(f"{type(op).__name__} before any reduction")
+        if type(op) is not ElementwiseOp or op.out.shape != self.reduce.out.shape:
+            return self._close("epilogue ends")
+        if any(type(i) is int and i in self.values for i in op.inputs):
+            return self._close("epilogue reads a prologue value")
+        if not self._fits(op, server, self.epi_values):
+            return self._close("epilogue input or limits")
+        self.epilogue.append(op)
+        self.epi_values.add(op.out.id)
+        return True
+
+    def finish(self, server: FusionServer) -> ReducePlan:
+        assert self.reduce is not None
+        return ReducePlan(list(self.prologue), self.reduce, list(self.epilogue), self.max_bindings)
+
+
+class ReducePlan:
+    kind = "reduce"
+
+    def __init__(self, prologue: list[ElementwiseOp], reduce: ReduceOp, epilogue: list[ElementwiseOp],
+                 max_bindings: int):
+        self.prologue = prologue
+        self.reduce = reduce
+        self.epilogue = epilogue
+        self.max_bindings = max_bindings
+        self.ops: list[OperationIr] = [*prologue, reduce, *epilogue]
+
+    def execute(self, server: FusionServer) -> None:
+        entries = server.handles.entries
+        red = self.reduce
+        prologue = self.prologue
+        if prologue:
+            # Prologue values needed elsewhere cannot come out of a reduction kernel: run
+            # the prologue as an element-wise block first, and reduce what it wrote.
+            needed = needed_values(prologue, entries)
+            reads_by_reduce = {red.input}
+            if any(prologue[j].out.id not in reads_by_reduce or entries[prologue[j].out.id].alive
+                   or entries[prologue[j].out.id].storage.refs > 1 for j in needed):
+                ElementwisePlan(prologue, prologue[0].out.shape, self.max_bindings).execute(server)
+                prologue = []
+        in_shape = entries[red.input].ir.shape
+        # Prologue trace: the reduced value is the last live value, or input 0 itself.
+        if prologue:
+            live = liveness(prologue, {j for j, op in enumerate(prologue) if op.out.id == red.input})
+            trace, pro_entries, pro_scalars, pro_sdt, vmap = relative_form(prologue, live, entries)
+            reduced_ref = vmap[next(j for j, op in enumerate(prologue) if op.out.id == red.input)]
+            pro_outputs = (reduced_ref,)
+        else:
+            trace, pro_entries, pro_scalars, pro_sdt, pro_outputs = [], [entries[red.input]], [], [], ()
+        # Epilogue trace: input 0 is the reduction's result.
+        epi = self.epilogue
+        epi_needed = needed_values(epi, entries) if epi else set()
+        red_entry = entries[red.out.id]
+        epi_live = liveness(epi, epi_needed) if epi else []
+        epi_trace, epi_entries, epi_scalars, epi_sdt, epi_vmap = relative_form(
+            epi, epi_live, entries, first_inputs=(red.out.id,)
+        )
+        outputs: list[int] = []
+        out_entries = []
+        reads_of_red = sum(1 for op in epi for i in op.inputs if i == red.out.id)
+        if red_entry.alive or red_entry.readers > reads_of_red or red_entry.storage.refs > 1 or not epi:
+            outputs.append(-1)
+            out_entries.append(red_entry)
+        for j in sorted(epi_needed):
+            outputs.append(epi_vmap[j])
+            out_entries.append(entries[epi[j].out.id])
+        if not out_entries:
+            return
+        all_ops = [*prologue, red, *epi]
+        if fail_on_failed_inputs(server, "reduction block", all_ops, pro_entries + epi_entries[1:], out_entries):
+            return
+
+        # Iteration space: the input shape split into kept and reduced dimensions.
+        axes = red.axes
+        kept_axes = [d for d in range(len(in_shape)) if d not in axes]
+        kept_shape = tuple(in_shape[d] for d in kept_axes)
+        red_shape = tuple(in_shape[d] for d in axes)
+        nout, nred = size_of(kept_shape), size_of(red_shape)
+        stride_sets = [broadcast_strides(e.ir.shape, e.strides, in_shape) for e in pro_entries]
+        kdims, kept_sets = collapse(kept_shape, [tuple(s[d] for d in kept_axes) for s in stride_sets])
+        rdims, red_sets = collapse(red_shape, [tuple(s[d] for d in axes) for s in stride_sets])
+        kept_rank = 0 if nout <= 1 else len(kdims)
+        out_shape = red.out.shape
+        epi_classes = [(red_entry.ir.dtype, "contig")]
+        epi_layouts: list[tuple[int, tuple[int, ...]]] = []
+        for e in epi_entries[1:]:
+            if e.contiguous and e.ir.shape == out_shape:
+                epi_classes.append((e.ir.dtype, "contig"))
+                continue
+            bs = broadcast_strides(e.ir.shape, e.strides, out_shape)
+            cls = classify(out_shape, bs, e.offset)
+            epi_classes.append((e.ir.dtype, cls))
+            epi_layouts.append((e.offset, bs if cls == "strided" else ()))
+        out_rank = len(out_shape) if any(c == "strided" for _, c in epi_classes) else 0
+        gpu = server.info.kind == "GPU"
+        strategy = "group" if gpu and nred >= rg.GROUP_SIZE else "loop"
+        index = "long" if max(nout * max(nred, 1), *(e.storage.nbytes // e.ir.dtype.itemsize
+                                                     for e in pro_entries)) > INT32_LIMIT else "int"
+        spec = rg.ReduceSpec(
+            kind=red.name,
+            acc=red.acc,
+            prologue=cg.KernelSpec(tuple(trace), tuple((e.ir.dtype, "strided") for e in pro_entries),
+                                   tuple(pro_sdt), pro_outputs, 1, index, 0),
+            epilogue=cg.KernelSpec(tuple(epi_trace), tuple(epi_classes), tuple(epi_sdt), tuple(outputs),
+                                   1, index, out_rank),
+            kept_rank=kept_rank,
+            red_rank=len(rdims),
+            strategy=strategy,
+            index=index,
+            out_rank=out_rank,
+        )
+        meta: list[int] = list(kdims) if kept_rank else []
+        meta += list(rdims)
+        if out_rank:
+            meta += list(out_shape)
+        for e, ks, rs in zip(pro_entries, kept_sets, red_sets):
+            meta.append(e.offset)
+            if kept_rank:
+                meta += list(ks)
+            meta += list(rs)
+        for offset, strides in epi_layouts:
+            meta.append(offset)
+            meta += list(strides)
+        try:
+            kernel = server.kernel_for(spec)
+        except NeedsCompile:
+            raise
+        except Exception as exc:
+            err = TensorFailedError(f"reduction block ({red.name}) failed to build: {exc}")
+            err.__cause__ = exc
+            server.fail_storages([e.storage for e in out_entries], err)
+            return
+        buffers = [server.allocate(e.storage) for e in out_entries]
+        if nout:
+            idx = np.int32 if index == "int" else np.int64
+            args: list = [idx(nout), idx(nred), server.runtime.metadata_buffer(tuple(meta) or (0,))]
+            args += buffers
+            args += [e.storage.buffer for e in pro_entries]
+            args += [e.storage.buffer for e in epi_entries[1:]]
+            args += list(pro_scalars) + list(epi_scalars)
+            bindings = 3 + len(buffers) + len(pro_entries) + len(epi_entries) - 1 + len(pro_scalars) + len(epi_scalars)
+            names = [op.name for op in all_ops]
+            if strategy == "group":
+                server.launch_grid(kernel, nout * rg.GROUP_SIZE, rg.GROUP_SIZE, args, "reduce", names, bindings)
+            else:
+                server.launch(kernel, nout, args, "reduce", names, bindings)
+        server.mark_ready([e.storage for e in out_entries])
+
+
+__all__ = ["ReduceFuser", "ReducePlan", "contiguous_strides"]
