@@ -38,6 +38,7 @@ class ReduceSpec(NamedTuple):
     strategy: str  # "loop" or "group"
     index: str  # "int" or "long"
     out_rank: int  # dims of the output, for strided epilogue inputs (0 if none)
+    writes: tuple[int, ...] = ()  # prologue values also written out (at the input's shape)
 
 
 def kernel_name(spec: ReduceSpec) -> str:
@@ -47,7 +48,8 @@ def kernel_name(spec: ReduceSpec) -> str:
 
 def arg_dtypes(spec: ReduceSpec) -> list:
     index = np.int32 if spec.index == "int" else np.int64
-    buffers = 1 + len(spec.epilogue.outputs) + len(spec.prologue.inputs) + len(spec.epilogue.inputs) - 1
+    buffers = 1 + len(spec.epilogue.outputs) + len(spec.writes) + len(spec.prologue.inputs)
+    buffers += len(spec.epilogue.inputs) - 1
     return [index, index] + [None] * buffers + list(spec.prologue.scalars) + list(spec.epilogue.scalars)
 
 
@@ -99,22 +101,27 @@ def _loop_body(spec: ReduceSpec, r: str, indent: str) -> list[str]:
     """Statements for reduced element number `r`: positions, loads, prologue, fold."""
     lines = []
     n_in = len(spec.prologue.inputs)
+    # Positions of inputs (p) and of written prologue values (w) for this element.
+    targets = [(f"p{k}", f"b{k}", f"R{k}") for k in range(n_in)]
+    targets += [(f"w{m}", f"bw{m}", f"RW{m}") for m in range(len(spec.writes))]
     if spec.red_rank == 1:
-        for k in range(n_in):
-            lines.append(f"{indent}const IDX p{k} = b{k} + {r} * R{k}_0;")
+        for pos, base, st in targets:
+            lines.append(f"{indent}const IDX {pos} = {base} + {r} * {st}_0;")
     else:
         lines.append(f"{indent}IDX rr = {r};")
         for d in range(spec.red_rank - 1, 0, -1):
             lines.append(f"{indent}const IDX q{d} = rr % RD{d}; rr /= RD{d};")
         lines.append(f"{indent}const IDX q0 = rr;")
-        for k in range(n_in):
-            terms = " + ".join(f"q{d} * R{k}_{d}" for d in range(spec.red_rank))
-            lines.append(f"{indent}const IDX p{k} = b{k} + {terms};")
+        for pos, base, st in targets:
+            terms = " + ".join(f"q{d} * {st}_{d}" for d in range(spec.red_rank))
+            lines.append(f"{indent}const IDX {pos} = {base} + {terms};")
     lines += _prologue_loads(spec, indent)
     for k, dtype in enumerate(spec.prologue.scalars):
         lines.append(f"{indent}const {dt.CL_NAME[dtype]} s{k} = a{k};")
     for j, op in enumerate(spec.prologue.ops):
         lines += [indent + line for line in ew._op_expr(spec.prologue, op, j, 1)]
+    for m, j in enumerate(spec.writes):
+        lines.append(f"{indent}wout{m}[w{m}] = v{j};")
     value, vdtype = _value_to_reduce(spec)
     v = ex.cast(value, vdtype, spec.acc, 1)
     if spec.kind in ("argmax", "argmin"):
@@ -182,6 +189,8 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
     for m, ref in enumerate(epi.outputs):
         odtype = epi.inputs[0][0] if ref == -1 else epi.ops[ref].out
         params.append(f"__global {dt.CL_NAME[odtype]}* out{m}")
+    for m, j in enumerate(spec.writes):
+        params.append(f"__global {dt.CL_NAME[pro.ops[j].out]}* wout{m}")
     for k, (dtype, _) in enumerate(pro.inputs):
         params.append(f"__global const {dt.CL_NAME[dtype]}* in{k}")
     for k in range(1, len(epi.inputs)):
@@ -224,6 +233,15 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
         src.append(f"  const IDX b{k} = {' + '.join([f'O{k}'] + kept)};")
         for d in range(spec.red_rank):
             src.append(f"  const IDX R{k}_{d} = (IDX)meta[{pos}];")
+            pos += 1
+    for m in range(len(spec.writes)):
+        kept = []
+        for d in range(spec.kept_rank):
+            kept.append(f"kc{d} * (IDX)meta[{pos}]")
+            pos += 1
+        src.append(f"  const IDX bw{m} = {' + '.join(['0'] + kept)};")
+        for d in range(spec.red_rank):
+            src.append(f"  const IDX RW{m}_{d} = (IDX)meta[{pos}];")
             pos += 1
     for k in range(1, len(epi.inputs)):
         cls = epi.inputs[k][1]

@@ -21,7 +21,6 @@ from ..handles import PENDING
 from ..ir import ElementwiseOp, OperationIr, ReduceOp, contiguous_strides, size_of
 from .elementwise import (
     INT32_LIMIT,
-    ElementwisePlan,
     fail_on_failed_inputs,
     liveness,
     needed_values,
@@ -137,22 +136,23 @@ class ReducePlan:
         entries = server.handles.entries
         red = self.reduce
         prologue = self.prologue
-        if prologue:
-            # Prologue values needed elsewhere cannot come out of a reduction kernel: run
-            # the prologue as an element-wise block first, and reduce what it wrote.
-            needed = needed_values(prologue, entries)
-            reads_by_reduce = {red.input}
-            if any(prologue[j].out.id not in reads_by_reduce or entries[prologue[j].out.id].alive
-                   or entries[prologue[j].out.id].storage.refs > 1 for j in needed):
-                ElementwisePlan(prologue, prologue[0].out.shape, self.max_bindings).execute(server)
-                prologue = []
         in_shape = entries[red.input].ir.shape
-        # Prologue trace: the reduced value is the last live value, or input 0 itself.
+        # Prologue trace: the value reduced, plus any prologue value needed elsewhere,
+        # which the kernel writes as it goes (each input element is visited once).
+        writes: tuple[int, ...] = ()
+        write_entries: list = []
         if prologue:
-            live = liveness(prologue, {j for j, op in enumerate(prologue) if op.out.id == red.input})
+            red_pos = next(j for j, op in enumerate(prologue) if op.out.id == red.input)
+            pro_needed = needed_values(prologue, entries)
+            reads_inside = sum(1 for op in prologue for i in op.inputs if i == red.input) + 1
+            e_in = entries[red.input]
+            if not (e_in.alive or e_in.readers > reads_inside or e_in.storage.refs > 1 or e_in.storage.pins):
+                pro_needed.discard(red_pos)
+            live = liveness(prologue, pro_needed | {red_pos})
             trace, pro_entries, pro_scalars, pro_sdt, vmap = relative_form(prologue, live, entries)
-            reduced_ref = vmap[next(j for j, op in enumerate(prologue) if op.out.id == red.input)]
-            pro_outputs = (reduced_ref,)
+            pro_outputs = (vmap[red_pos],)
+            writes = tuple(vmap[j] for j in sorted(pro_needed))
+            write_entries = [entries[prologue[j].out.id] for j in sorted(pro_needed)]
         else:
             trace, pro_entries, pro_scalars, pro_sdt, pro_outputs = [], [entries[red.input]], [], [], ()
         # Epilogue trace: input 0 is the reduction's result.
@@ -172,10 +172,12 @@ class ReducePlan:
         for j in sorted(epi_needed):
             outputs.append(epi_vmap[j])
             out_entries.append(entries[epi[j].out.id])
-        if not out_entries:
+        if not out_entries and not write_entries:
             return
         all_ops = [*prologue, red, *epi]
-        if fail_on_failed_inputs(server, "reduction block", all_ops, pro_entries + epi_entries[1:], out_entries):
+        if fail_on_failed_inputs(
+            server, "reduction block", all_ops, pro_entries + epi_entries[1:], out_entries + write_entries
+        ):
             return
 
         # Iteration space: the input shape split into kept and reduced dimensions.
@@ -185,6 +187,7 @@ class ReducePlan:
         red_shape = tuple(in_shape[d] for d in axes)
         nout, nred = size_of(kept_shape), size_of(red_shape)
         stride_sets = [broadcast_strides(e.ir.shape, e.strides, in_shape) for e in pro_entries]
+        stride_sets += [contiguous_strides(in_shape) for _ in write_entries]
         kdims, kept_sets = collapse(kept_shape, [tuple(s[d] for d in kept_axes) for s in stride_sets])
         rdims, red_sets = collapse(red_shape, [tuple(s[d] for d in axes) for s in stride_sets])
         kept_rank = 0 if nout <= 1 else len(kdims)
@@ -201,6 +204,8 @@ class ReducePlan:
             epi_layouts.append((e.offset, bs if cls == "strided" else ()))
         out_rank = len(out_shape) if any(c == "strided" for _, c in epi_classes) else 0
         gpu = server.info.kind == "GPU"
+        if nout == 0 or nred == 0:
+            nred = 0
         strategy = "group" if gpu and nred >= rg.GROUP_SIZE else "loop"
         index = "long" if max(nout * max(nred, 1), *(e.storage.nbytes // e.ir.dtype.itemsize
                                                      for e in pro_entries)) > INT32_LIMIT else "int"
@@ -216,13 +221,19 @@ class ReducePlan:
             strategy=strategy,
             index=index,
             out_rank=out_rank,
+            writes=writes,
         )
         meta: list[int] = list(kdims) if kept_rank else []
         meta += list(rdims)
         if out_rank:
             meta += list(out_shape)
-        for e, ks, rs in zip(pro_entries, kept_sets, red_sets):
+        n_in = len(pro_entries)
+        for e, ks, rs in zip(pro_entries, kept_sets[:n_in], red_sets[:n_in]):
             meta.append(e.offset)
+            if kept_rank:
+                meta += list(ks)
+            meta += list(rs)
+        for ks, rs in zip(kept_sets[n_in:], red_sets[n_in:]):
             if kept_rank:
                 meta += list(ks)
             meta += list(rs)
@@ -236,9 +247,9 @@ class ReducePlan:
         except Exception as exc:
             err = TensorFailedError(f"reduction block ({red.name}) failed to build: {exc}")
             err.__cause__ = exc
-            server.fail_storages([e.storage for e in out_entries], err)
+            server.fail_storages([e.storage for e in out_entries + write_entries], err)
             return
-        buffers = [server.allocate(e.storage) for e in out_entries]
+        buffers = [server.allocate(e.storage) for e in out_entries + write_entries]
         if nout:
             idx = np.int32 if index == "int" else np.int64
             args: list = [idx(nout), idx(nred), server.runtime.metadata_buffer(tuple(meta) or (0,))]
@@ -252,7 +263,7 @@ class ReducePlan:
                 server.launch_grid(kernel, nout * rg.GROUP_SIZE, rg.GROUP_SIZE, args, "reduce", names, bindings)
             else:
                 server.launch(kernel, nout, args, "reduce", names, bindings)
-        server.mark_ready([e.storage for e in out_entries])
+        server.mark_ready([e.storage for e in out_entries + write_entries])
 
 
 __all__ = ["ReduceFuser", "ReducePlan", "contiguous_strides"]
