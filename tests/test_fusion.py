@@ -194,3 +194,32 @@ def test_vector_and_scalar_tails_agree(dtype):
         a = (np.arange(n) % 7 - 3).astype(dtype)
         got = (clients.asarray(a) * 3 + 1).numpy()
         np.testing.assert_array_equal(got, a * 3 + 1)
+
+
+def test_loop_reuses_buffers_in_place():
+    a = rand(4096)
+    x = clients.asarray(a)
+    x = x * 2.0 + 1.0
+    x.numpy()
+    settle()
+    before = clients.stats()
+    want = a * np.float32(2) + np.float32(1)
+    for _ in range(10):
+        x = x * 2.0 + 1.0  # the old x dies with the block: its buffer becomes the new x
+        x.numpy()
+        want = want * np.float32(2) + np.float32(1)
+    after = clients.stats()
+    np.testing.assert_allclose(x.numpy(), want, rtol=1e-6)
+    assert after["inplace_reuses"] - before["inplace_reuses"] == 10
+    assert after["buffers_allocated"] == before["buffers_allocated"]
+    assert after["buffer_reuses"] == before["buffer_reuses"]  # not even the pool was needed
+
+
+def test_no_in_place_reuse_while_the_input_is_alive():
+    a = rand(100)
+    x = clients.asarray(a)
+    before = clients.stats()["inplace_reuses"]
+    y = x * 2.0
+    y.numpy()
+    assert clients.stats()["inplace_reuses"] == before
+    np.testing.assert_array_equal(x.numpy(), a)  # untouched

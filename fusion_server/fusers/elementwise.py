@@ -206,8 +206,12 @@ class ElementwisePlan:
             err.__cause__ = exc
             server.fail_storages([e.storage for e in out_entries], err)
             return
+        in_buffers = [e.storage.buffer for e in in_entries]  # before any is donated
+        if None in in_buffers:  # a bug, never a crash on the device: fail the block instead
+            raise RuntimeError("an input of the block has no buffer")
         try:
-            out_buffers = [server.allocate(e.storage) for e in out_entries]
+            donors = _donors(ops, in_entries, classes)
+            out_buffers = [_take_donor(server, donors, e) or server.allocate(e.storage) for e in out_entries]
         except Exception as exc:
             server.fail_storages([e.storage for e in out_entries], exc)
             return
@@ -216,7 +220,7 @@ class ElementwisePlan:
             if cg.has_metadata(spec):
                 args.append(server.runtime.metadata_buffer(cg.metadata(spec, dims, layouts)))
             args.extend(out_buffers)
-            args.extend(e.storage.buffer for e in in_entries)
+            args.extend(in_buffers)
             args.extend(scalars)
             server.launch(kernel, (n + width - 1) // width, args, "elementwise",
                           [op.name for op in live_ops], bindings)
@@ -304,3 +308,30 @@ def fail_on_failed_inputs(server: FusionServer, what: str, ops: list, in_entries
             server.fail_storages([o.storage for o in out_entries], err)
             return True
     return False
+
+
+def _donors(ops: list[ElementwiseOp], in_entries: list[Entry], classes: list[str]) -> list[Entry]:
+    """Inputs whose buffer dies with this block and is read at each element's own index:
+    an output may take the buffer over instead of allocating (in-place reuse)."""
+    donors = []
+    for e, cls in zip(in_entries, classes):
+        st = e.storage
+        if cls != "contig" or e.alive or st.refs != 1 or st.pins or not st.owned or st.buffer is None:
+            continue
+        reads_here = sum(1 for op in ops for i in op.inputs if i == e.ir.id)
+        if e.readers == reads_here:  # nobody after this block reads it
+            donors.append(e)
+    return donors
+
+
+def _take_donor(server: FusionServer, donors: list[Entry], out: Entry):
+    """The buffer of a donor matching `out` in size and element size, moved to `out`."""
+    for k, donor in enumerate(donors):
+        st = donor.storage
+        if st.nbytes == out.storage.nbytes and donor.ir.dtype.itemsize == out.ir.dtype.itemsize:
+            del donors[k]
+            # Same size: the pool's accounting holds; the donor hands nothing back later.
+            out.storage.buffer, st.buffer = st.buffer, None
+            server.counters["inplace_reuses"] += 1
+            return out.storage.buffer
+    return None
