@@ -114,6 +114,10 @@ class FusionServer:
             raise FusionError(f"max bindings {self.max_bindings} is below 6, the most one op needs")
         self.max_ops = max_ops or _env_int("FUSION_MAX_OPS") or 64
         self.compile_under_lock = False  # True only for callers that cannot release it
+        # Elements per work-item where layouts allow (FUSION_VECTOR_WIDTH=1: scalar code only).
+        self.vector_width = _env_int("FUSION_VECTOR_WIDTH") or 4
+        if self.vector_width not in (1, 2, 4, 8, 16):
+            raise FusionError(f"FUSION_VECTOR_WIDTH={self.vector_width}: expected 1, 2, 4, 8 or 16")
         self.fuser_factories: list[Callable[[FusionServer], Fuser]] = []
         self._thread_marks = threading.local()
         self.ended_streams: deque[int] = deque()  # filled by _ThreadEndMark, without the lock

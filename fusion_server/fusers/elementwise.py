@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fusion_server")
 
-VECTOR_WIDTH = 4
 INT32_LIMIT = 2**31 - 1
 
 
@@ -164,7 +163,7 @@ class ElementwisePlan:
         rank = 0
         dims: tuple[int, ...] = ()
         layouts = [(e.offset, ()) for e in in_entries]
-        width = VECTOR_WIDTH
+        width = server.vector_width
         if any(needs_scalar_code(t.name, t.compute) or t.expr in SCALAR_EXPRS for t in trace):
             width = 1
         if strided:
@@ -178,7 +177,7 @@ class ElementwisePlan:
                     classes[k] = "strided0"
                 else:
                     width = 1
-            if dims[-1] % VECTOR_WIDTH:
+            if dims[-1] % width:
                 width = 1
         index = "int"
         if n > INT32_LIMIT or any(e.storage.nbytes // e.ir.dtype.itemsize > INT32_LIMIT for e in in_entries):
