@@ -46,6 +46,7 @@ from ._functions import (
     zeros,
     zeros_like,
 )
+from ._linalg import matmul
 from ._reductions import argmax, argmin, max, mean, min, prod, sum
 from .devices import Device, client_for, default_device, devices
 from .tensor import Tensor
@@ -100,7 +101,7 @@ def set_mode(mode: str, device: Any = None) -> None:
 
 
 __all__ = [
-    "custom", "from_cl", "resolve", "argmax", "argmin", "max", "mean", "min", "prod", "sum",
+    "custom", "from_cl", "matmul", "resolve", "argmax", "argmin", "max", "mean", "min", "prod", "sum",
     "Device", "DeviceError", "DeviceMemoryError", "DroppedTensorError", "FusionError",
     "ReentrancyError", "Tensor", "TensorFailedError", "arange", "asarray", "astype", "bool",
     "broadcast_shapes", "broadcast_to", "client_for", "clip", "default_device", "devices",

@@ -171,6 +171,9 @@ class Tensor:
     def __abs__(self): return F.unary("abs", self)
     def __invert__(self): return F.unary("bitwise_invert", self)
 
+    def __matmul__(self, o): return F.matmul(self, o)
+    def __rmatmul__(self, o): return F.matmul(o, self)
+
     __hash__ = None  # type: ignore[assignment]  # == is element-wise, as in numpy
 
     def __getitem__(self, key) -> Tensor:

@@ -9,6 +9,7 @@ resumes. Meanwhile other threads register, launch and read.
 from __future__ import annotations
 
 from .codegen import elementwise as cg
+from .codegen import matmul as mg
 from .codegen import reduce as rg
 from .runtime.programs import ProgramCache
 
@@ -26,7 +27,7 @@ class CompileJob:
     def run(self) -> None:
         """Build; a failure is kept by the cache and fails the block when it resumes."""
         spec = self.spec
-        gen = rg if isinstance(spec, rg.ReduceSpec) else cg
+        gen = rg if isinstance(spec, rg.ReduceSpec) else mg if isinstance(spec, mg.MatmulSpec) else cg
         try:
             self.programs.build_once(spec, lambda: gen.generate(spec), BUILD_OPTIONS, gen.arg_dtypes(spec))
         except Exception as exc:

@@ -77,7 +77,16 @@ class ReduceOp(NamedTuple):
     out: TensorIr
 
 
-OperationIr = Union[ElementwiseOp, CustomKernelOp, ReduceOp]
+class MatmulOp(NamedTuple):
+    """`out = a @ b`: a is (..., M, K), b is (..., K, N), batch dims broadcast."""
+
+    a: int
+    b: int
+    compute: np.dtype
+    out: TensorIr
+
+
+OperationIr = Union[ElementwiseOp, CustomKernelOp, ReduceOp, MatmulOp]
 
 
 def tensor_inputs(op: OperationIr) -> tuple[int, ...]:
@@ -86,6 +95,8 @@ def tensor_inputs(op: OperationIr) -> tuple[int, ...]:
         return tuple([i for i in op.inputs if type(i) is int])
     if type(op) is ReduceOp:
         return (op.input,)
+    if type(op) is MatmulOp:
+        return (op.a, op.b)
     return op.inputs
 
 

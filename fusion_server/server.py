@@ -22,11 +22,13 @@ from .errors import FusionError, TensorFailedError
 from .fusers.base import Fuser, Plan
 from .fusers.custom_kernel import CustomKernelPlan
 from .fusers.elementwise import ElementwiseFuser, ElementwisePlan
+from .fusers.matmul import MatmulFuser, MatmulPlan
 from .fusers.reduce import ReduceFuser, ReducePlan
 from .handles import FAILED, PENDING, READY, HandleContainer, Storage, span_of
 from .ir import (
     CustomKernelOp,
     ElementwiseOp,
+    MatmulOp,
     OperationIr,
     ReduceOp,
     TensorIr,
@@ -139,6 +141,7 @@ class FusionServer:
         fusers: list[Fuser] = [ElementwiseFuser(self.max_bindings, ops)]
         if self.mode != "eager":
             fusers.append(ReduceFuser(self.max_bindings, ops))
+            fusers.append(MatmulFuser(self.max_bindings, ops))
             fusers.extend(factory(self) for factory in self.fuser_factories)
         return fusers
 
@@ -149,6 +152,8 @@ class FusionServer:
             return CustomKernelPlan(op)
         if type(op) is ReduceOp:
             return ReducePlan([], op, [], self.max_bindings)
+        if type(op) is MatmulOp:
+            return MatmulPlan(op, [])
         raise FusionError(f"no plan can run {type(op).__name__}")
 
     def stream(self, stream_id: int) -> Stream:

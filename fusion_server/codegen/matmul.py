@@ -1,0 +1,162 @@
+"""OpenCL C for a (batched) matrix product with its element-wise epilogue fused in.
+
+A work-group of 16 x 16 work-items computes a 64 x 64 tile of the output, each
+work-item a 4 x 4 block held in registers; tiles of A (64 x 16) and B (16 x 64) are
+staged in local memory, so every element loaded from global memory is used 64 times.
+Operands are read through their strides (a transposed view costs no copy) and batch
+dimensions broadcast. The epilogue (bias, activation, ...) runs on each result before
+it is written, so `maximum(a @ w + bias, 0)` is one kernel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import dtypes as dt
+from . import elementwise as ew
+
+TILE = 64  # output tile per work-group (square)
+TK = 16  # depth of a K step
+LOCAL = 16  # work-items per side of a work-group
+WPT = TILE // LOCAL  # outputs per work-item per side
+
+
+class MatmulSpec(NamedTuple):
+    dtype: np.dtype  # operands and accumulator
+    epilogue: ew.KernelSpec  # input 0 is the product; outputs: -1 for the product itself
+    batch_rank: int
+    index: str
+    out_rank: int  # for strided epilogue inputs (0 if none)
+
+
+def kernel_name(spec: MatmulSpec) -> str:
+    return "matmul_" + hashlib.sha1(repr(spec).encode()).hexdigest()[:10]
+
+
+def arg_dtypes(spec: MatmulSpec) -> list:
+    index = np.int32 if spec.index == "int" else np.int64
+    buffers = 1 + len(spec.epilogue.outputs) + 2 + len(spec.epilogue.inputs) - 1
+    return [index, index, index, index] + [None] * buffers + list(spec.epilogue.scalars)
+
+
+def generate(spec: MatmulSpec) -> tuple[str, str]:
+    name = kernel_name(spec)
+    t = dt.CL_NAME[spec.dtype]
+    epi = spec.epilogue
+    types = {spec.dtype} | {d for d, _ in epi.inputs} | set(epi.scalars) | {op.out for op in epi.ops}
+    types |= {op.compute for op in epi.ops}
+    src = ["#pragma OPENCL FP_CONTRACT OFF"]
+    if dt.float64 in types:
+        src.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+    src.append(f"typedef {spec.index} IDX;")
+    from . import expressions as ex
+
+    for hname, hdtype in sorted({(op.name, op.compute) for op in epi.ops
+                                 if ex.needs_scalar_code(op.name, op.compute)}, key=repr):
+        src.append(ex.helper_source(hname, hdtype))
+    params = ["const IDX M", "const IDX N", "const IDX K", "const IDX nbatch", "__global const long* meta"]
+    for m, ref in enumerate(epi.outputs):
+        odtype = epi.inputs[0][0] if ref == -1 else epi.ops[ref].out
+        params.append(f"__global {dt.CL_NAME[odtype]}* out{m}")
+    params += [f"__global const {t}* A", f"__global const {t}* B"]
+    for k in range(1, len(epi.inputs)):
+        params.append(f"__global const {dt.CL_NAME[epi.inputs[k][0]]}* in{k}")
+    for k, sdt in enumerate(epi.scalars):
+        params.append(f"const {dt.CL_NAME[sdt]} a{k}")
+    src.append(f"__kernel __attribute__((reqd_work_group_size({LOCAL}, {LOCAL}, 1)))")
+    src.append(f"void {name}({', '.join(params)})")
+    src.append("{")
+    src.append("  const int tx = get_local_id(0), ty = get_local_id(1);")
+    src.append(f"  const IDX col0 = (IDX)get_group_id(0) * {TILE}, row0 = (IDX)get_group_id(1) * {TILE};")
+    src.append("  const IDX batch = (IDX)get_group_id(2);")
+    # Metadata: A offset and its row/col strides, B likewise, then batch dims with the
+    # batch strides of A and B, then output dims, then strided epilogue inputs.
+    src.append("  IDX offA = (IDX)meta[0], offB = (IDX)meta[3];")
+    src.append("  const IDX sAm = (IDX)meta[1], sAk = (IDX)meta[2], sBk = (IDX)meta[4], sBn = (IDX)meta[5];")
+    pos = 6
+    if spec.batch_rank:
+        src.append("  IDX brem = batch;")
+        for d in range(spec.batch_rank - 1, -1, -1):
+            dim, sa, sb = pos + 3 * d, pos + 3 * d + 1, pos + 3 * d + 2
+            src.append(f"  {{ const IDX bd = (IDX)meta[{dim}]; const IDX c = brem % bd; brem /= bd;")
+            src.append(f"    offA += c * (IDX)meta[{sa}]; offB += c * (IDX)meta[{sb}]; }}")
+        pos += 3 * spec.batch_rank
+    for d in range(spec.out_rank):
+        src.append(f"  const IDX OD{d} = (IDX)meta[{pos}];")
+        pos += 1
+    for k in range(1, len(epi.inputs)):
+        cls = epi.inputs[k][1]
+        if cls == "contig":
+            continue
+        src.append(f"  const IDX EO{k} = (IDX)meta[{pos}];")
+        pos += 1
+        if cls.startswith("strided"):
+            for d in range(spec.out_rank):
+                src.append(f"  const IDX ES{k}_{d} = (IDX)meta[{pos}];")
+                pos += 1
+    src.append(f"  __local {t} As[{TK}][{TILE}];")
+    src.append(f"  __local {t} Bs[{TK}][{TILE + 1}];")
+    src.append(f"  {t} acc[{WPT}][{WPT}];")
+    src.append(f"  for (int i = 0; i < {WPT}; ++i) for (int j = 0; j < {WPT}; ++j) acc[i][j] = ({t})0;")
+    src.append("  const int lin = ty * 16 + tx;")
+    src.append(f"  for (IDX k0 = 0; k0 < K; k0 += {TK}) {{")
+    per = TILE * TK // (LOCAL * LOCAL)
+    src.append(f"    for (int l = 0; l < {per}; ++l) {{")
+    src.append(f"      const int e = lin + l * {LOCAL * LOCAL};")
+    src.append(f"      const int ai = e / {TK}, ak = e % {TK};")
+    src.append("      const IDX gi = row0 + ai, gk = k0 + ak;")
+    src.append(f"      As[ak][ai] = (gi < M && gk < K) ? A[offA + gi * sAm + gk * sAk] : ({t})0;")
+    src.append(f"      const int bk = e / {TILE}, bj = e % {TILE};")
+    src.append("      const IDX gk2 = k0 + bk, gj = col0 + bj;")
+    src.append(f"      Bs[bk][bj] = (gk2 < K && gj < N) ? B[offB + gk2 * sBk + gj * sBn] : ({t})0;")
+    src.append("    }")
+    src.append("    barrier(CLK_LOCAL_MEM_FENCE);")
+    src.append(f"    for (int k = 0; k < {TK}; ++k) {{")
+    src.append(f"      {t} a[{WPT}], b[{WPT}];")
+    src.append(f"      for (int w = 0; w < {WPT}; ++w) {{ a[w] = As[k][ty + w * {LOCAL}]; "
+               f"b[w] = Bs[k][tx + w * {LOCAL}]; }}")
+    fold = "acc[i][j] = fma(a[i], b[j], acc[i][j]);" if dt.is_float(spec.dtype) else "acc[i][j] += a[i] * b[j];"
+    src.append(f"      for (int i = 0; i < {WPT}; ++i) for (int j = 0; j < {WPT}; ++j) {fold}")
+    src.append("    }")
+    src.append("    barrier(CLK_LOCAL_MEM_FENCE);")
+    src.append("  }")
+    src.append(f"  for (int wi = 0; wi < {WPT}; ++wi) for (int wj = 0; wj < {WPT}; ++wj) {{")
+    src.append(f"    const IDX i = row0 + ty + wi * {LOCAL}, j = col0 + tx + wj * {LOCAL};")
+    src.append("    if (i >= M || j >= N) continue;")
+    src.append("    const IDX o = (batch * M + i) * N + j;")
+    src.append(f"    const {dt.CL_NAME[epi.inputs[0][0]]} x0 = acc[wi][wj];")
+    src += _epilogue_loads(spec, "    ")
+    for k, sdt in enumerate(epi.scalars):
+        src.append(f"    const {dt.CL_NAME[sdt]} s{k} = a{k};")
+    for j, op in enumerate(epi.ops):
+        src += ["    " + line for line in ew._op_expr(epi, op, j, 1)]
+    for m, ref in enumerate(epi.outputs):
+        src.append(f"    out{m}[o] = {'x0' if ref == -1 else f'v{ref}'};")
+    src.append("  }")
+    src.append("}")
+    return "\n".join(src) + "\n", name
+
+
+def _epilogue_loads(spec: MatmulSpec, indent: str) -> list[str]:
+    epi = spec.epilogue
+    lines = []
+    if spec.out_rank:
+        lines.append(f"{indent}IDX orem = o;")
+        for d in range(spec.out_rank - 1, 0, -1):
+            lines.append(f"{indent}const IDX oc{d} = orem % OD{d}; orem /= OD{d};")
+        lines.append(f"{indent}const IDX oc0 = orem;")
+    for k in range(1, len(epi.inputs)):
+        dtype, cls = epi.inputs[k]
+        if cls == "contig":
+            at = "o"
+        elif cls == "offset":
+            at = f"EO{k} + o"
+        elif cls == "scalar":
+            at = f"EO{k}"
+        else:
+            at = " + ".join([f"EO{k}"] + [f"oc{d} * ES{k}_{d}" for d in range(spec.out_rank)])
+        lines.append(f"{indent}const {dt.CL_NAME[dtype]} x{k} = in{k}[{at}];")
+    return lines

@@ -1,0 +1,170 @@
+"""The matmul fuser: one matrix product and the element-wise epilogue on its result."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..codegen import elementwise as cg
+from ..codegen import matmul as mg
+from ..codegen.layout import broadcast_strides, classify
+from ..compiling import NeedsCompile
+from ..errors import TensorFailedError
+from ..handles import PENDING
+from ..ir import ElementwiseOp, MatmulOp, OperationIr, size_of
+from .elementwise import INT32_LIMIT, fail_on_failed_inputs, liveness, needed_values, relative_form
+
+if TYPE_CHECKING:
+    from ..server import FusionServer
+
+
+class MatmulFuser:
+    name = "matmul"
+
+    def __init__(self, max_bindings: int, max_ops: int):
+        self.max_bindings = max_bindings
+        self.max_ops = max_ops
+        self.reset()
+
+    def reset(self) -> None:
+        self.matmul: MatmulOp | None = None
+        self.epilogue: list[ElementwiseOp] = []
+        self.values: set[int] = set()
+        self.inputs: set[int] = set()
+        self.n_scalars = 0
+        self.closed = False
+        self.close_reason = ""
+
+    def _close(self, reason: str) -> bool:
+        self.closed = True
+        self.close_reason = reason
+        return False
+
+    def score(self) -> int:
+        return 0 if self.matmul is None else 1 + len(self.epilogue)
+
+    def offer(self, op: OperationIr, server: FusionServer) -> bool:
+        if self.closed:
+            return False
+        entries = server.handles.entries
+        if self.matmul is None:
+            if type(op) is not MatmulOp:
+                return self._close("a matmul block starts with a matmul")
+            if entries[op.a].storage.status == PENDING or entries[op.b].storage.status == PENDING:
+                return self._close("operands still being computed")
+            self.matmul = op
+            self.values.add(op.out.id)
+            return True
+        if type(op) is not ElementwiseOp or op.out.shape != self.matmul.out.shape:
+            return self._close("epilogue ends")
+        new = set()
+        scalars = 0
+        for operand in op.inputs:
+            if type(operand) is int:
+                if operand in self.values or operand in self.inputs:
+                    continue
+                if entries[operand].storage.status == PENDING:
+                    return self._close("epilogue reads a value being computed elsewhere")
+                new.add(operand)
+            else:
+                scalars += 1
+        bindings = 7 + len(self.inputs) + len(new) + self.n_scalars + scalars + len(self.epilogue) + 1
+        if len(self.epilogue) + 1 >= self.max_ops or bindings > self.max_bindings:
+            return self._close("limits")
+        self.inputs |= new
+        self.n_scalars += scalars
+        self.epilogue.append(op)
+        self.values.add(op.out.id)
+        return True
+
+    def finish(self, server: FusionServer) -> MatmulPlan:
+        assert self.matmul is not None
+        return MatmulPlan(self.matmul, list(self.epilogue))
+
+
+class MatmulPlan:
+    kind = "matmul"
+
+    def __init__(self, matmul: MatmulOp, epilogue: list[ElementwiseOp]):
+        self.matmul = matmul
+        self.epilogue = epilogue
+        self.ops: list[OperationIr] = [matmul, *epilogue]
+
+    def execute(self, server: FusionServer) -> None:
+        entries = server.handles.entries
+        mm, epi = self.matmul, self.epilogue
+        ea, eb, prod = entries[mm.a], entries[mm.b], entries[mm.out.id]
+        needed = needed_values(epi, entries) if epi else set()
+        live = liveness(epi, needed) if epi else []
+        trace, epi_entries, scalars, sdt, vmap = relative_form(epi, live, entries, first_inputs=(mm.out.id,))
+        outputs, out_entries = [], []
+        reads = sum(1 for op in epi for i in op.inputs if i == mm.out.id)
+        if prod.alive or prod.readers > reads or prod.storage.refs > 1 or not epi:
+            outputs.append(-1)
+            out_entries.append(prod)
+        for j in sorted(needed):
+            outputs.append(vmap[j])
+            out_entries.append(entries[epi[j].out.id])
+        if not out_entries:
+            return
+        if fail_on_failed_inputs(server, "matmul block", self.ops, [ea, eb, *epi_entries[1:]], out_entries):
+            return
+        out_shape = mm.out.shape
+        m, k = ea.ir.shape[-2:]
+        n = eb.ir.shape[-1]
+        batch_shape = out_shape[:-2]
+        nbatch = size_of(batch_shape)
+        sa = broadcast_strides(ea.ir.shape[:-2], ea.strides[:-2], batch_shape)
+        sb = broadcast_strides(eb.ir.shape[:-2], eb.strides[:-2], batch_shape)
+        meta: list[int] = [ea.offset, ea.strides[-2], ea.strides[-1], eb.offset, eb.strides[-2], eb.strides[-1]]
+        for d in range(len(batch_shape)):
+            meta += [batch_shape[d], sa[d], sb[d]]
+        classes = [(prod.ir.dtype, "contig")]
+        layouts = []
+        for e in epi_entries[1:]:
+            if e.contiguous and e.ir.shape == out_shape:
+                classes.append((e.ir.dtype, "contig"))
+                continue
+            bs = broadcast_strides(e.ir.shape, e.strides, out_shape)
+            cls = classify(out_shape, bs, e.offset)
+            classes.append((e.ir.dtype, cls))
+            layouts.append((e.offset, bs if cls == "strided" else ()))
+        out_rank = len(out_shape) if any(c == "strided" for _, c in classes) else 0
+        if out_rank:
+            meta += list(out_shape)
+        for offset, strides in layouts:
+            meta.append(offset)
+            meta += list(strides)
+        biggest = max(size_of(out_shape), ea.storage.nbytes // ea.ir.dtype.itemsize,
+                      eb.storage.nbytes // eb.ir.dtype.itemsize)
+        index = "long" if biggest > INT32_LIMIT else "int"
+        spec = mg.MatmulSpec(
+            dtype=mm.compute,
+            epilogue=cg.KernelSpec(tuple(trace), tuple(classes), tuple(sdt), tuple(outputs), 1, index, out_rank),
+            batch_rank=len(batch_shape),
+            index=index,
+            out_rank=out_rank,
+        )
+        try:
+            kernel = server.kernel_for(spec)
+        except NeedsCompile:
+            raise
+        except Exception as exc:
+            err = TensorFailedError(f"matmul block failed to build: {exc}")
+            err.__cause__ = exc
+            server.fail_storages([e.storage for e in out_entries], err)
+            return
+        buffers = [server.allocate(e.storage) for e in out_entries]
+        if size_of(out_shape):
+            idx = np.int32 if index == "int" else np.int64
+            args: list = [idx(m), idx(n), idx(k), idx(nbatch), server.runtime.metadata_buffer(tuple(meta))]
+            args += buffers + [ea.storage.buffer, eb.storage.buffer]
+            args += [e.storage.buffer for e in epi_entries[1:]]
+            args += scalars
+            groups = ((n + mg.TILE - 1) // mg.TILE * mg.LOCAL, (m + mg.TILE - 1) // mg.TILE * mg.LOCAL, nbatch)
+            event = kernel(server.runtime.queue, groups, (mg.LOCAL, mg.LOCAL, 1), *args)
+            bindings = 7 + len(buffers) + len(epi_entries) - 1 + len(scalars)
+            server.note_launch("matmul", [op.name if hasattr(op, "name") else "matmul" for op in self.ops],
+                               bindings, kernel.function_name, groups[0] * groups[1] * nbatch, event)
+        server.mark_ready([e.storage for e in out_entries])
