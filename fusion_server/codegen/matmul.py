@@ -24,12 +24,16 @@ LOCAL = 16  # work-items per side of a work-group
 WPT = TILE // LOCAL  # outputs per work-item per side
 
 
+ROWS, COLS = 4, 8  # the "rows" strategy: outputs per work-item
+
+
 class MatmulSpec(NamedTuple):
     dtype: np.dtype  # operands and accumulator
     epilogue: ew.KernelSpec  # input 0 is the product; outputs: -1 for the product itself
     batch_rank: int
     index: str
     out_rank: int  # for strided epilogue inputs (0 if none)
+    strategy: str = "tiled"  # "tiled" (GPUs) or "rows" (CPUs)
 
 
 def kernel_name(spec: MatmulSpec) -> str:
@@ -66,12 +70,21 @@ def generate(spec: MatmulSpec) -> tuple[str, str]:
         params.append(f"__global const {dt.CL_NAME[epi.inputs[k][0]]}* in{k}")
     for k, sdt in enumerate(epi.scalars):
         params.append(f"const {dt.CL_NAME[sdt]} a{k}")
-    src.append(f"__kernel __attribute__((reqd_work_group_size({LOCAL}, {LOCAL}, 1)))")
+    rows = spec.strategy == "rows"
+    if not rows:
+        src.append(f"__kernel __attribute__((reqd_work_group_size({LOCAL}, {LOCAL}, 1)))")
+    else:
+        src.append("__kernel")
     src.append(f"void {name}({', '.join(params)})")
     src.append("{")
-    src.append("  const int tx = get_local_id(0), ty = get_local_id(1);")
-    src.append(f"  const IDX col0 = (IDX)get_group_id(0) * {TILE}, row0 = (IDX)get_group_id(1) * {TILE};")
-    src.append("  const IDX batch = (IDX)get_group_id(2);")
+    if rows:
+        src.append(f"  const IDX col0 = (IDX)get_global_id(0) * {COLS}, row0 = (IDX)get_global_id(1) * {ROWS};")
+        src.append("  const IDX batch = (IDX)get_global_id(2);")
+        src.append("  if (col0 >= N || row0 >= M) return;")
+    else:
+        src.append("  const int tx = get_local_id(0), ty = get_local_id(1);")
+        src.append(f"  const IDX col0 = (IDX)get_group_id(0) * {TILE}, row0 = (IDX)get_group_id(1) * {TILE};")
+        src.append("  const IDX batch = (IDX)get_group_id(2);")
     # Metadata: A offset and its row/col strides, B likewise, then batch dims with the
     # batch strides of A and B, then output dims, then strided epilogue inputs.
     src.append("  IDX offA = (IDX)meta[0], offB = (IDX)meta[3];")
@@ -97,6 +110,10 @@ def generate(spec: MatmulSpec) -> tuple[str, str]:
             for d in range(spec.out_rank):
                 src.append(f"  const IDX ES{k}_{d} = (IDX)meta[{pos}];")
                 pos += 1
+    if rows:
+        src += _rows_body(spec, t)
+        src.append("}")
+        return "\n".join(src) + "\n", name
     src.append(f"  __local {t} As[{TK}][{TILE}];")
     src.append(f"  __local {t} Bs[{TK}][{TILE + 1}];")
     src.append(f"  {t} acc[{WPT}][{WPT}];")
@@ -127,17 +144,61 @@ def generate(spec: MatmulSpec) -> tuple[str, str]:
     src.append(f"    const IDX i = row0 + ty + wi * {LOCAL}, j = col0 + tx + wj * {LOCAL};")
     src.append("    if (i >= M || j >= N) continue;")
     src.append("    const IDX o = (batch * M + i) * N + j;")
-    src.append(f"    const {dt.CL_NAME[epi.inputs[0][0]]} x0 = acc[wi][wj];")
-    src += _epilogue_loads(spec, "    ")
-    for k, sdt in enumerate(epi.scalars):
-        src.append(f"    const {dt.CL_NAME[sdt]} s{k} = a{k};")
-    for j, op in enumerate(epi.ops):
-        src += ["    " + line for line in ew._op_expr(epi, op, j, 1)]
-    for m, ref in enumerate(epi.outputs):
-        src.append(f"    out{m}[o] = {'x0' if ref == -1 else f'v{ref}'};")
+    src += _epilogue(spec, "acc[wi][wj]", "    ")
     src.append("  }")
     src.append("}")
     return "\n".join(src) + "\n", name
+
+
+def _epilogue(spec: MatmulSpec, value: str, indent: str) -> list[str]:
+    """The epilogue and stores for output element `o` whose product is `value`."""
+    epi = spec.epilogue
+    lines = [f"{indent}const {dt.CL_NAME[epi.inputs[0][0]]} x0 = {value};"]
+    lines += _epilogue_loads(spec, indent)
+    for k, sdt in enumerate(epi.scalars):
+        lines.append(f"{indent}const {dt.CL_NAME[sdt]} s{k} = a{k};")
+    for j, op in enumerate(epi.ops):
+        lines += [indent + line for line in ew._op_expr(epi, op, j, 1)]
+    for m, ref in enumerate(epi.outputs):
+        lines.append(f"{indent}out{m}[o] = {'x0' if ref == -1 else f'v{ref}'};")
+    return lines
+
+
+def _rows_body(spec: MatmulSpec, t: str) -> list[str]:
+    """CPU strategy: each work-item owns a 4 x 8 block, streaming rows of B with vector
+    loads; the device vectorizes across work-items, no local memory or barriers (which
+    CPU OpenCL drivers emulate slowly)."""
+    R, C = ROWS, COLS
+    fold = (lambda a, b, c: f"fma(({t}{C})({a}), {b}, {c})") if dt.is_float(spec.dtype) else (
+        lambda a, b, c: f"{c} + ({t}{C})({a}) * {b}")
+    lines = [f"  {t} r[{R}][{C}];"]
+    lines.append(f"  if (col0 + {C} <= N && row0 + {R} <= M && sBn == 1) {{")
+    for w in range(R):
+        lines.append(f"    {t}{C} acc{w} = ({t}{C})(0);")
+    lines.append("    for (IDX k = 0; k < K; ++k) {")
+    lines.append(f"      const {t}{C} b = vload{C}(0, B + offB + k * sBk + col0);")
+    for w in range(R):
+        lines.append(f"      acc{w} = {fold(f'A[offA + (row0 + {w}) * sAm + k * sAk]', 'b', f'acc{w}')};")
+    lines.append("    }")
+    for w in range(R):
+        lines.append(f"    vstore{C}(acc{w}, 0, r[{w}]);")
+    lines.append("  } else {")
+    lines.append(f"    for (int wi = 0; wi < {R}; ++wi) for (int wj = 0; wj < {C}; ++wj) {{")
+    lines.append(f"      {t} sum = ({t})0;")
+    lines.append("      const IDX i = row0 + wi, j = col0 + wj;")
+    lines.append("      if (i < M && j < N)")
+    lines.append("        for (IDX k = 0; k < K; ++k)")
+    lines.append("          sum += A[offA + i * sAm + k * sAk] * B[offB + k * sBk + j * sBn];")
+    lines.append("      r[wi][wj] = sum;")
+    lines.append("    }")
+    lines.append("  }")
+    lines.append(f"  for (int wi = 0; wi < {R}; ++wi) for (int wj = 0; wj < {C}; ++wj) {{")
+    lines.append("    const IDX i = row0 + wi, j = col0 + wj;")
+    lines.append("    if (i >= M || j >= N) continue;")
+    lines.append("    const IDX o = (batch * M + i) * N + j;")
+    lines += _epilogue(spec, "r[wi][wj]", "    ")
+    lines.append("  }")
+    return lines
 
 
 def _epilogue_loads(spec: MatmulSpec, indent: str) -> list[str]:

@@ -145,6 +145,7 @@ class MatmulPlan:
             batch_rank=len(batch_shape),
             index=index,
             out_rank=out_rank,
+            strategy="tiled" if server.info.kind == "GPU" else "rows",
         )
         try:
             kernel = server.kernel_for(spec)
@@ -162,8 +163,12 @@ class MatmulPlan:
             args += buffers + [ea.storage.buffer, eb.storage.buffer]
             args += [e.storage.buffer for e in epi_entries[1:]]
             args += scalars
-            groups = ((n + mg.TILE - 1) // mg.TILE * mg.LOCAL, (m + mg.TILE - 1) // mg.TILE * mg.LOCAL, nbatch)
-            event = kernel(server.runtime.queue, groups, (mg.LOCAL, mg.LOCAL, 1), *args)
+            if spec.strategy == "rows":
+                groups = ((n + mg.COLS - 1) // mg.COLS, (m + mg.ROWS - 1) // mg.ROWS, nbatch)
+                event = kernel(server.runtime.queue, groups, None, *args)
+            else:
+                groups = ((n + mg.TILE - 1) // mg.TILE * mg.LOCAL, (m + mg.TILE - 1) // mg.TILE * mg.LOCAL, nbatch)
+                event = kernel(server.runtime.queue, groups, (mg.LOCAL, mg.LOCAL, 1), *args)
             bindings = 7 + len(buffers) + len(epi_entries) - 1 + len(scalars)
             server.note_launch("matmul", [op.name if hasattr(op, "name") else "matmul" for op in self.ops],
                                bindings, kernel.function_name, groups[0] * groups[1] * nbatch, event)
