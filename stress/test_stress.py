@@ -35,18 +35,26 @@ _programs: dict = {}
 
 
 def _launch_reverse(queue, inputs, outputs):
-    prog = _programs.get(queue.context)
-    if prog is None:
-        prog = _programs[queue.context] = cl.Program(queue.context, _REVERSE).build()
+    kernel = _programs.get(queue.context)
+    if kernel is None:
+        kernel = _programs[queue.context] = cl.Kernel(cl.Program(queue.context, _REVERSE).build(), "reverse_flat")
     n = inputs[0].size
     if n:
-        prog.reverse_flat(queue, (n,), None, inputs[0].data, outputs[0].data, np.int32(n))
+        kernel(queue, (n,), None, inputs[0].data, outputs[0].data, np.int32(n))
 
 
 reverse_flat = clients.custom.kernel("stress_reverse", _launch_reverse, outputs=lambda x: [(x.shape, x.dtype)])
 UNARY += [
     ("softplus", softplus, lambda x: np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))),
     ("reverse", reverse_flat, lambda x: x.ravel()[::-1].reshape(x.shape)),
+    # Reductions keep the rank (keepdims) so results broadcast back into the pool's shapes.
+    ("row_sum", lambda x: clients.sum(clients.tanh(x), axis=-1, keepdims=True),
+     lambda x: np.tanh(x).sum(axis=-1, keepdims=True, dtype=np.float64).astype(np.float32)),
+    ("col_max", lambda x: clients.max(x * 0.5, axis=0, keepdims=True) if x.ndim else x,
+     lambda x: (x * np.float32(0.5)).max(axis=0, keepdims=True) if x.ndim else x),
+    ("gram", lambda x: clients.tanh(x @ x.T * 0.01) if x.ndim == 2 else x,
+     lambda x: np.tanh((x.astype(np.float64) @ x.T.astype(np.float64)).astype(np.float32) * np.float32(0.01))
+     if x.ndim == 2 else x),
 ]
 
 BINARY = [
