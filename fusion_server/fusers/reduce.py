@@ -88,23 +88,14 @@ class ReduceFuser:
             return False
         if self.reduce is None:
             if type(op) is ElementwiseOp:
-                if self.prologue and op.out.shape != self.prologue[0].out.shape:
-                    return self._close("prologue shape changes")
-                if not self._fits(op, server, self.values):
-                    return self._close("prologue input or limits")
-                self.prologue.append(op)
-                self.values.add(op.out.id)
+                # Cheap while no reduction is in sight: the prologue is checked when one comes.
+                prologue = self.prologue
+                if prologue and (op.out.shape != prologue[0].out.shape or len(prologue) >= self.max_ops):
+                    return self._close("prologue shape changes or is too long")
+                prologue.append(op)
                 return True
             if type(op) is ReduceOp:
-                if self.prologue and op.input not in self.values:
-                    return self._close("the reduction does not read the prologue")
-                if not self.prologue:
-                    if server.handles.entries[op.input].storage.status == PENDING:
-                        return self._close("reduction of a view of a pending value")
-                    self.inputs.add(op.input)
-                self.reduce = op
-                self.epi_values.add(op.out.id)
-                return True
+                return self._take_reduce(op, server)
             return self._close(f"{type(op).__name__} before any reduction")
         if type(op) is not ElementwiseOp or op.out.shape != self.reduce.out.shape:
             return self._close("epilogue ends")
@@ -113,6 +104,22 @@ class ReduceFuser:
         if not self._fits(op, server, self.epi_values):
             return self._close("epilogue input or limits")
         self.epilogue.append(op)
+        self.epi_values.add(op.out.id)
+        return True
+
+    def _take_reduce(self, op: ReduceOp, server: FusionServer) -> bool:
+        prologue = self.prologue
+        for p in prologue:
+            if not self._fits(p, server, self.values):
+                return self._close("prologue input or limits")
+            self.values.add(p.out.id)
+        if prologue and op.input not in self.values:
+            return self._close("the reduction does not read the prologue")
+        if not prologue:
+            if server.handles.entries[op.input].storage.status == PENDING:
+                return self._close("reduction of a view of a pending value")
+            self.inputs.add(op.input)
+        self.reduce = op
         self.epi_values.add(op.out.id)
         return True
 
