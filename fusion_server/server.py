@@ -54,6 +54,7 @@ class KernelRecord:
     name: str
     items: int  # work-items launched
     event: cl.Event | None = None
+    why: str = ""  # which fuser took the block, the competing scores, why the block closed
 
     @property
     def device_seconds(self) -> float | None:
@@ -69,6 +70,16 @@ class KernelRecord:
 @dataclass
 class Recorder:
     kernels: list[KernelRecord] = field(default_factory=list)
+
+    def explain(self) -> str:
+        """How the recorded work was cut into kernels, and why each block ended."""
+        lines = []
+        for k, rec in enumerate(self.kernels):
+            lines.append(f"kernel {k}: {rec.kind} {rec.name}, {len(rec.ops)} ops ({', '.join(rec.ops)}), "
+                         f"{rec.bindings} bindings")
+            if rec.why:
+                lines.append(f"    {rec.why}")
+        return "\n".join(lines)
 
 
 class _ThreadEndMark:
@@ -124,6 +135,7 @@ class FusionServer:
         self._thread_marks = threading.local()
         self.ended_streams: deque[int] = deque()  # filled by _ThreadEndMark, without the lock
         self.recorders: list[Recorder] = []
+        self.block_note = ""  # set by the stream for the block being launched (inspect() only)
         self.counters = {
             "ops_registered": 0,
             "kernels_launched": 0,
@@ -331,7 +343,7 @@ class FusionServer:
     ) -> None:
         self.counters["kernels_launched"] += 1
         if self.recorders:
-            record = KernelRecord(kind, ops, bindings, name, items, event)
+            record = KernelRecord(kind, ops, bindings, name, items, event, self.block_note)
             for rec in self.recorders:
                 rec.kernels.append(record)
 

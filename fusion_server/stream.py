@@ -71,9 +71,14 @@ class Stream:
         if best is not None and best.score() > 0:
             plan = best.finish(server)
             reason = best.close_reason or why
+            chosen = best.name
         else:
             plan = self.single(self.queue[0])
             reason = why
+            chosen = "none (runs alone)"
+        if server.recorders:  # for inspect()'s explanation: who took the block, and why it ended
+            scores = ", ".join(f"{f.name} {f.score()}" for f in self.fusers)
+            server.block_note = f"fuser {chosen} (scores: {scores}); closed: {reason}"
         server.run_plan(plan)  # may raise NeedsCompile: then nothing here has changed
         count = len(plan.ops)
         if log.isEnabledFor(logging.DEBUG):

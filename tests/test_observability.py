@@ -116,3 +116,34 @@ def test_info_lists_devices(capsys):
 def test_module_entry_point_runs():
     done = subprocess.run([sys.executable, "-m", "fusion_server", "info"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "default device" in done.stdout
+
+
+def test_explain_says_which_fuser_took_each_block_and_why_it_closed():
+    x = clients.asarray(rand((4, 8)))
+    with clients.inspect() as rec:
+        s = clients.sum(clients.exp(x) * 2.0, axis=-1) + 1.0
+        t = x + 1.0
+        s.numpy()
+        t.numpy()
+    text = rec.explain()
+    assert "kernel 0: reduce" in text and "fuser reduce" in text and "exp, multiply, sum, add" in text
+    assert "kernel 1: elementwise" in text and "closed: tensor" in text
+    assert rec.kernels[0].why.startswith("fuser reduce (scores: elementwise 2, reduce 4")
+
+
+def test_dump_dir_files_match_the_kernel_names_inspect_reports(tmp_path):
+    code = (
+        "import numpy as np, clients\n"
+        "x = clients.asarray(np.arange(12, dtype=np.float32).reshape(3, 4))\n"
+        "with clients.inspect() as rec:\n"
+        "    (clients.sum(clients.sqrt(x + 0.5), axis=0) * 2.0).numpy()\n"
+        "    (x @ x.T).numpy()\n"
+        "print(' '.join(k.name for k in rec.kernels))\n"
+    )
+    env = {**os.environ, "FUSION_DUMP_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    names = done.stdout.split()
+    assert len(names) == 2
+    for name in names:
+        assert (tmp_path / f"{name}.cl").exists()
