@@ -6,7 +6,6 @@ fuses into the reduction's kernel.
 
 from __future__ import annotations
 
-import builtins
 import operator
 from typing import Any
 
@@ -26,12 +25,16 @@ def _axes(x: Tensor, axis: int | tuple[int, ...] | None) -> tuple[int, ...]:
     out = []
     for a in items:
         a = operator.index(a)
-        if not -x.ndim <= a < builtins.max(x.ndim, 1) or (x.ndim == 0 and a not in (0, -1)):
+        if x.ndim == 0:
+            if a not in (0, -1):  # numpy lets a 0-d array be reduced over axis 0 / -1
+                raise np.exceptions.AxisError(f"axis {a} is out of bounds for a 0-d tensor")
+            continue
+        if not -x.ndim <= a < x.ndim:
             raise np.exceptions.AxisError(f"axis {a} is out of bounds for a tensor of {x.ndim} dimensions")
-        out.append(a % x.ndim if x.ndim else 0)
+        out.append(a % x.ndim)
     if len(set(out)) != len(out):
         raise ValueError(f"repeated axis in {axis}")
-    return tuple(sorted(out)) if x.ndim else ()
+    return tuple(sorted(out))
 
 
 def _out_shape(x: Tensor, axes: tuple[int, ...], keepdims: bool) -> tuple[int, ...]:
@@ -53,22 +56,24 @@ def _accumulator(name: str, dtype: np.dtype, client) -> np.dtype:
 def _reduce(name: str, x: Any, axis: Any, keepdims: bool, dtype: Any = None) -> Tensor:
     if type(x) is not Tensor:
         x = F._as_tensor(x, None)
+    requested = None
     if dtype is not None:
-        x = F.astype(x, dtype, copy=False)
+        requested = dt.normalize(dtype)
+        x = F.astype(x, requested, copy=False)
     axes = _axes(x, axis)
     nred = 1
     for d in axes:
         nred *= x.shape[d]
     if nred == 0 and name in ("max", "min", "argmax", "argmin"):
         raise ValueError(f"zero-size tensor to reduction operation {name}, which has no identity")
-    if name in ("argmax", "argmin") and axis is not None and len(axes) != 1:
-        raise TypeError(f"{name} takes one axis or None")
+    if name in ("argmax", "argmin") and axis is not None and not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{name} takes one axis (an int) or None")
     client = x._client
     acc = _accumulator(name, x.dtype, client)
     if name in ("argmax", "argmin"):
         out_dtype = dt.int64
     elif name in ("sum", "prod"):
-        out_dtype = x.dtype if dt.is_float(x.dtype) else dt.int64
+        out_dtype = requested or (x.dtype if dt.is_float(x.dtype) else dt.int64)
     else:
         out_dtype = x.dtype
     shape = _out_shape(x, axes, keepdims)

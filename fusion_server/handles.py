@@ -88,8 +88,8 @@ class HandleContainer:
             strides = contiguous_strides(ir.shape)
         lo, hi = span_of(ir.shape, strides, offset)
         itemsize = ir.dtype.itemsize
-        # Invariant 7: no layout may reach outside its buffer.
-        if lo < 0 or hi * itemsize > storage.nbytes:
+        # Invariant 7: no layout may reach outside its buffer (an empty one reaches nothing).
+        if hi > lo and (lo < 0 or hi * itemsize > storage.nbytes):
             raise IndexError(
                 f"layout of tensor {ir.id} (shape {ir.shape}, strides {strides}, offset "
                 f"{offset}) reaches elements [{lo}, {hi}) outside its buffer of "

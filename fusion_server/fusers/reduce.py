@@ -47,6 +47,7 @@ class ReduceFuser:
         self.epi_values: set[int] = set()
         self.inputs: set[int] = set()
         self.n_scalars = 0
+        self.writes_bound = 0  # prologue values that may have to be written too
         self.closed = False
         self.close_reason = ""
 
@@ -75,7 +76,7 @@ class ReduceFuser:
             else:
                 scalars += 1
         ops = len(self.prologue) + len(self.epilogue) + (self.reduce is not None)
-        outputs = len(self.epilogue) + 1
+        outputs = len(self.epilogue) + 1 + self.writes_bound
         bindings = 3 + len(self.inputs) + len(new) + self.n_scalars + scalars + outputs
         if ops >= self.max_ops or bindings > self.max_bindings:
             return False
@@ -109,6 +110,17 @@ class ReduceFuser:
 
     def _take_reduce(self, op: ReduceOp, server: FusionServer) -> bool:
         prologue = self.prologue
+        entries = server.handles.entries
+        reads: dict[int, int] = {op.input: 1}
+        for p in prologue:
+            for i in p.inputs:
+                if type(i) is int:
+                    reads[i] = reads.get(i, 0) + 1
+        # Liveness only decreases from here, so this bound holds when the block runs.
+        self.writes_bound = sum(
+            1 for p in prologue
+            if (e := entries[p.out.id]).alive or e.storage.refs > 1 or e.readers > reads.get(p.out.id, 0)
+        )
         for p in prologue:
             if not self._fits(p, server, self.values):
                 return self._close("prologue input or limits")
