@@ -243,3 +243,55 @@ def test_bad_imports_raise_clearly():
     with pytest.raises(ValueError, match="outside its buffer"):
         clients.from_cl(lying)
     np.testing.assert_allclose((clients.asarray([1.0]) + 1.0).numpy(), [2.0])
+
+
+def _double_plus_one_fuser():
+    """A pattern fuser for `x * 2.0 + 1.0`, run by a hand-written kernel."""
+    from fusion_server.fusers import PatternFuser
+
+    src = """__kernel void twice_plus_one(__global const float* x, __global float* y, const int n)
+             { int i = get_global_id(0); if (i < n) y[i] = 2.0f * x[i] + 1.0f; }"""
+    kernels: dict = {}
+
+    def run(queue, inputs, output, scalars):
+        k = kernels.get(queue.context)
+        if k is None:
+            k = kernels[queue.context] = cl.Kernel(cl.Program(queue.context, src).build(), "twice_plus_one")
+        k(queue, (output.size,), None, inputs[0].data, output.data, np.int32(output.size))
+
+    def accept(k, op):
+        values = [float(v.value) for v in op.inputs if type(v) is not int]
+        return op.out.dtype == np.float32 and values == ([2.0] if k == 0 else [1.0])
+
+    return PatternFuser("twice_plus_one", ["multiply", "add"], run, accept=accept)
+
+
+def test_custom_fuser_claims_its_pattern_and_competes():
+    template = _double_plus_one_fuser()
+    clients.custom.register_fuser(lambda server: template.fresh())
+    try:
+        a = rand(100)
+        x = clients.asarray(a)
+        with clients.inspect() as rec:
+            got = (x * 2.0 + 1.0).numpy()
+        np.testing.assert_allclose(got, a * 2 + 1, rtol=1e-6)
+        assert [k.kind for k in rec.kernels] == ["custom-fuser"]
+        assert "fuser twice_plus_one" in rec.kernels[0].why
+        # Another chain: the pattern fuser scores 0 and the element-wise fuser takes it.
+        with clients.inspect() as rec:
+            got = (x * 3.0 + 1.0).numpy()
+        np.testing.assert_allclose(got, a * 3 + 1, rtol=1e-6)
+        assert [k.kind for k in rec.kernels] == ["elementwise"]
+        # The intermediate is kept: the pattern's kernel cannot provide it, so the block
+        # runs as an ordinary fused kernel that writes both values.
+        with clients.inspect() as rec:
+            mid = x * 2.0
+            out = mid + 1.0
+            got_out = out.numpy()
+        np.testing.assert_allclose(got_out, a * 2 + 1, rtol=1e-6)
+        np.testing.assert_allclose(mid.numpy(), a * 2, rtol=1e-6)
+    finally:
+        clients.custom.unregister_fusers()
+    with clients.inspect() as rec:
+        (x * 2.0 + 1.0).numpy()
+    assert [k.kind for k in rec.kernels] == ["elementwise"]
