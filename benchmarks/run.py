@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from . import common, elementwise_chain, host_cost
+from . import common, composites, elementwise_chain, host_cost, matmul, reductions, vectorization
 
 # (what, where in the results, comparison, target): the goals the numbers are held to.
 TARGETS = [
@@ -25,6 +25,22 @@ TARGETS = [
     ("host us per op, with launches", ("host", "recording", "with_launches"), "<=", None),
     ("16-op chain x1024: fused / pyopencl.array (time)", ("host", "small_chain", "fused_over_pyopencl_array"),
      "<=", 0.2),
+    ("row reduction: fused reads / bandwidth limit", ("reductions", "fraction_of_limit"), ">=", 0.85),
+    ("row reduction: sum(x*y) reads / bandwidth limit", ("reductions", "plain_fraction_of_limit"), ">=", None),
+    ("row reduction: fused vs best hand-written (kernel time)",
+     ("reductions", "device_kernel_time", "fused_vs_hand_written_best"), ">=", None),
+    ("row reduction: fused vs numpy (speed)", ("reductions", "ratios", "fused_vs_numpy"), ">=", None),
+    ("softmax: kernels per call", ("composites", "cases", "softmax", "kernels_per_call"), "<=", 3),
+    ("softmax: fused vs numpy (speed)", ("composites", "cases", "softmax", "fused_vs_numpy"), ">=", 2.0),
+    ("layer-norm: kernels per call", ("composites", "cases", "layer_norm", "kernels_per_call"), "<=", 3),
+    ("layer-norm: fused vs numpy (speed)", ("composites", "cases", "layer_norm", "fused_vs_numpy"), ">=", 2.0),
+    ("matmul + bias + relu: kernels per fused run", ("matmul", "kernels_per_fused_run"), "==", 1),
+    ("matmul + bias + relu: fused GFLOP/s", ("matmul", "variants", "fused", "gflop_per_s"), ">=", None),
+    ("matmul + bias + relu: fused vs eager (speed)", ("matmul", "ratios", "fused_vs_eager"), ">=", None),
+    ("matmul + bias + relu: fused vs numpy (speed)", ("matmul", "ratios", "fused_vs_numpy"), ">=", None),
+    ("matmul + bias + relu: ours / cuBLAS (speed)", ("matmul", "ours_over_cublas"), ">=", 0.5),
+    ("transcendental chain: vector / scalar code (kernel speed)",
+     ("vectorization", "scalar_over_vector", "device"), ">=", None),
 ]
 
 
@@ -59,9 +75,13 @@ def summary(results: dict) -> list[list[Any]]:
         if value is None:
             rows.append([label, None, f"{op} {target}", "skipped"])
             continue
-        met = None if target is None else (value >= target if op == ">=" else value <= target)
+        met = None if target is None else _compare(value, op, target)
         rows.append([label, value, None if target is None else f"{op} {target:g}", _met(met)])
     return rows
+
+
+def _compare(value: float, op: str, target: float) -> bool:
+    return value >= target if op == ">=" else value <= target if op == "<=" else value == target
 
 
 def _met(flag: bool | None) -> str | None:
@@ -81,6 +101,15 @@ def main(argv: list[str] | None = None) -> dict:
     elementwise_chain.report(results["chain"])
     results["host"] = host_cost.run(args.repeat)
     host_cost.report(results["host"])
+    results["reductions"] = reductions.run(args.size, args.repeat)
+    reductions.report(results["reductions"])
+    results["composites"] = composites.run(args.size, args.repeat)
+    composites.report(results["composites"])
+    # The product's size follows the device (1024 on CPUs, 4096 on GPUs), not --size.
+    results["matmul"] = matmul.run(None, args.repeat)
+    matmul.report(results["matmul"])
+    results["vectorization"] = vectorization.run(args.size, args.repeat)
+    vectorization.report(results["vectorization"])
     results["seconds"] = time.perf_counter() - start
     results["load_average_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     results["summary"] = [dict(zip(("measure", "value", "target", "met"), r)) for r in summary(results)]

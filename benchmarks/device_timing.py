@@ -1,0 +1,98 @@
+"""Kernel times measured by the device, shared by the reduction, composite, matmul and
+vectorization benchmarks.
+
+With FUSION_PROFILE=1 the fusion server's queue records device timestamps: a fused run's
+kernels report `.device_seconds` in `clients.inspect()` records, and the events of
+hand-written kernels enqueued on the same queue carry their own start and end times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pyopencl as cl
+
+import clients
+
+from . import common
+
+
+def profiling(queue: cl.CommandQueue) -> bool:
+    """Whether `queue` records device timestamps (FUSION_PROFILE=1 when it was made)."""
+    return bool(queue.properties & cl.command_queue_properties.PROFILING_ENABLE)
+
+
+def event_seconds(event: cl.Event) -> float:
+    """Run time on the device of a completed, profiled command."""
+    return (event.profile.end - event.profile.start) * 1e-9
+
+
+def fused_run(build: Callable[[], Any]) -> tuple[float | None, int, Any]:
+    """Run `build()` on lazy tensors and wait: (device seconds of all its kernels, kernels
+    launched, the result). Seconds are None when the queue is not profiled."""
+    with clients.inspect() as rec:
+        out = build()
+    clients.sync()
+    seconds = [k.device_seconds for k in rec.kernels]
+    total = None if any(s is None for s in seconds) else float(sum(seconds))
+    return total, len(rec.kernels), out
+
+
+def fused_seconds(build: Callable[[], Any]) -> Callable[[], float | None]:
+    """A sampler for `device_rounds`: device seconds of one fused run of `build`."""
+
+    def sample() -> float | None:
+        seconds, _, out = fused_run(build)
+        del out
+        return seconds
+
+    return sample
+
+
+def enqueued_seconds(enqueue: Callable[[], cl.Event]) -> Callable[[], float]:
+    """A sampler for `device_rounds`: device seconds of the command `enqueue()` returns."""
+
+    def sample() -> float:
+        event = enqueue()
+        event.wait()
+        return event_seconds(event)
+
+    return sample
+
+
+def device_rounds(samplers: dict[str, Callable[[], float | None]], repeat: int,
+                  warmup: int = 1, repeats: dict[str, int] | None = None) -> dict[str, common.Timing]:
+    """Device seconds of several variants in interleaved rounds, as `common.time_rounds`
+    takes wall times: each sampler runs its work, waits, and returns its device seconds."""
+    counts = {name: (repeats or {}).get(name, repeat) for name in samplers}
+    for fn in samplers.values():
+        for _ in range(warmup):
+            fn()
+    out = {name: common.Timing([]) for name in samplers}
+    for r in range(max(counts.values(), default=0)):
+        for name, fn in samplers.items():
+            if r < counts[name]:
+                seconds = fn()
+                if seconds is not None:
+                    out[name].samples.append(seconds)
+    return out
+
+
+def launch_size(device: cl.Device, items: int, group: int = 256) -> tuple[tuple[int], tuple[int] | None]:
+    """(global, local) sizes for `items` work-items: GPUs get a fixed work-group of `group`
+    (the global size padded to it); CPU devices (PoCL) pick their own size best."""
+    if not device.type & cl.device_type.GPU:
+        return (items,), None
+    return ((items + group - 1) // group * group,), (group,)
+
+
+def build(queue: cl.CommandQueue, source: str, *names: str) -> list[cl.Kernel]:
+    """Build `source` once and return its kernels `names` (retrieved once, kept)."""
+    program = cl.Program(queue.context, source).build()
+    return [cl.Kernel(program, name) for name in names]
+
+
+def is_gpu(queue: cl.CommandQueue) -> bool:
+    return bool(queue.device.type & cl.device_type.GPU)
+

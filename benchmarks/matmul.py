@@ -1,0 +1,211 @@
+"""Matrix product with a fused epilogue, against BLAS, the unfused ops and cuBLAS.
+
+    out = maximum(a @ w + bias, 0)      a: M x K, w: K x N, bias: N, float32
+
+M = N = K = 1024 on CPU devices, 4096 on GPUs (--n overrides). Variants, all "compute and
+wait":
+
+- fused:    lazy tensors: one kernel, the bias and the activation in its epilogue
+            (kernels per run reported and held to 1 in the summary)
+- eager:    the same code after `clients.set_mode("eager")`: the product, then one
+            kernel per element-wise op
+- numpy:    `np.maximum(a @ w + bias, 0)` (BLAS)
+- cuBLAS:   PyTorch on CUDA, `relu(addmm(bias, a, w))` in float32 with TF32 off (only
+            where PyTorch with CUDA is installed; skipped with a note otherwise)
+
+Each result is checked against numpy's float64 product (rtol 1e-3). Reported: time,
+GFLOP/s (2*M*N*K / time), kernel time on the device of fused and eager, and ours /
+cuBLAS (cuBLAS time / fused time: the share of cuBLAS's speed reached).
+
+    python -m benchmarks.matmul [--n N] [--repeat N] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import clients
+
+from . import common
+from . import device_timing as dtime
+
+NAME = "matmul"
+CPU_N, GPU_N = 1024, 4096
+# Seconds of samples per variant at most (a slow variant gets fewer samples, never < 2).
+BUDGET_S = 8.0
+MIN_REPEAT = 2
+RTOL = 1e-3
+
+
+def default_n() -> int:
+    queue = clients.client_for().server.runtime.queue
+    return GPU_N if dtime.is_gpu(queue) else CPU_N
+
+
+def _check(name: str, got: np.ndarray, want: np.ndarray) -> float:
+    """Max error relative to the result's largest magnitude; fails above RTOL."""
+    if got.shape != want.shape:
+        raise AssertionError(f"{name}: result has shape {got.shape}, expected {want.shape}")
+    scale = float(np.max(np.abs(want))) or 1.0
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=RTOL * 1e-1 * scale, err_msg=f"{name} differs from numpy")
+    return float(np.max(np.abs(got - want))) / scale
+
+
+def _torch_variant(a: np.ndarray, w: np.ndarray, bias: np.ndarray
+                   ) -> tuple[Callable[[], Any] | None, Callable[[Any], np.ndarray] | None, str]:
+    """(run, to numpy, note) for PyTorch on CUDA, or (None, None, why not)."""
+    try:
+        import torch
+    except ImportError:
+        return None, None, "PyTorch is not installed: the cuBLAS row is skipped"
+    if not torch.cuda.is_available():
+        return None, None, "PyTorch has no CUDA device here: the cuBLAS row is skipped"
+    # Full float32 products, as ours: TF32 would trade precision for speed.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    ta, tw, tb = (torch.from_numpy(v).cuda() for v in (a, w, bias))
+
+    def run() -> Any:
+        out = torch.relu(torch.addmm(tb, ta, tw))
+        torch.cuda.synchronize()
+        return out
+
+    name = torch.cuda.get_device_name()
+    return run, lambda out: out.cpu().numpy(), f"cuBLAS through PyTorch {torch.__version__} on {name}, TF32 off"
+
+
+def run(n: int | None = None, repeat: int = 10) -> dict:
+    """Every variant, checked against numpy; the results."""
+    n = n or default_n()
+    m = k = n
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    w = rng.standard_normal((k, n), dtype=np.float32)
+    bias = rng.standard_normal(n, dtype=np.float32)
+    want = np.maximum(a.astype(np.float64) @ w.astype(np.float64) + bias, 0)
+    flops = 2.0 * m * n * k
+    clients.set_mode("lazy")
+    ta, tw, tb = clients.asarray(a), clients.asarray(w), clients.asarray(bias)
+    notes = []
+
+    records: dict[str, list] = {"fused": [], "eager": []}
+
+    def ours(name: str, mode: str) -> Callable[[], clients.Tensor]:
+        def call() -> clients.Tensor:
+            clients.set_mode(mode)
+            # inspect() costs a few microseconds: it gives the device time of the same runs.
+            with clients.inspect() as rec:
+                out = clients.maximum(ta @ tw + tb, 0)
+            clients.sync()
+            records[name].append(rec.kernels)
+            return out  # kept alive until the sync: a dropped result is never computed
+        return call
+
+    variants: dict[str, Callable[[], Any]] = {"fused": ours("fused", "lazy"), "eager": ours("eager", "eager")}
+    results: dict[str, Callable[[Any], np.ndarray]] = {"fused": lambda t: t.numpy(), "eager": lambda t: t.numpy()}
+    variants["numpy"] = lambda: np.maximum(a @ w + bias, 0)
+    results["numpy"] = lambda x: x
+    torch_run, torch_result, note = _torch_variant(a, w, bias)
+    if torch_run is not None:
+        variants["cuBLAS"], results["cuBLAS"] = torch_run, torch_result
+    notes.append(note)
+
+    # Warm up (compiles, first allocations), check, and size each variant's samples from
+    # a second, timed call.
+    errors, counts = {}, {}
+    try:
+        for name, fn in variants.items():
+            errors[name] = _check(name, results[name](fn()), want)
+            start = time.perf_counter()
+            fn()
+            once = time.perf_counter() - start
+            counts[name] = max(MIN_REPEAT, min(repeat, int(BUDGET_S / max(once, 1e-9))))
+        for recs in records.values():
+            recs.clear()
+        timings = common.time_rounds(variants, repeat, warmup=0, repeats=counts)
+    finally:
+        clients.set_mode("lazy")
+
+    fused_kernels = records["fused"][0] if records["fused"] else []
+    device = {}
+    for mode, recs in records.items():
+        seconds = [sum(k.device_seconds or 0.0 for k in kernels) for kernels in recs]
+        if recs and all(k.device_seconds is not None for kernels in recs for k in kernels):
+            device[mode] = common.Timing(seconds).to_dict()
+            device[mode]["gflop_per_s"] = flops / device[mode]["median_s"] / 1e9
+    out: dict[str, Any] = {
+        "benchmark": NAME,
+        "expression": "maximum(a @ w + bias, 0)",
+        "m": m, "n": n, "k": k,
+        "dtype": "float32",
+        "flops": flops,
+        "kernels_per_fused_run": len(fused_kernels),
+        "fused_kernels": [{"kind": kk.kind, "ops": kk.ops} for kk in fused_kernels],
+        "kernels_per_eager_run": len(records["eager"][0]) if records["eager"] else None,
+        "variants": {
+            name: {**t.to_dict(), "gflop_per_s": flops / t.median / 1e9, "max_error_of_scale": errors[name]}
+            for name, t in timings.items()
+        },
+        "device_kernel_time": device or None,
+        "ratios": {f"fused_vs_{name}": common.ratio(t, timings["fused"])
+                   for name, t in timings.items() if name != "fused"},
+        "ratio_meaning": "time of the other variant / time of fused: above 1, fused is faster",
+        "notes": notes,
+    }
+    if "cuBLAS" in timings:
+        out["ours_over_cublas"] = out["ratios"]["fused_vs_cuBLAS"]
+    return out
+
+
+HEADERS = ["variant", "median ms", "best ms", "GFLOP/s", "fused speed-up"]
+
+
+def summary_rows(result: dict) -> list[list[Any]]:
+    rows = []
+    for name, v in result["variants"].items():
+        r = 1.0 if name == "fused" else result["ratios"][f"fused_vs_{name}"]["of_medians"]
+        rows.append([name, common.ms(v["median_s"]), common.ms(v["min_s"]), v["gflop_per_s"], r])
+    return rows
+
+
+def report(result: dict) -> None:
+    common.print_table(
+        f"matmul {result['expression']}, {result['m']}x{result['k']} @ {result['k']}x{result['n']} float32",
+        HEADERS, summary_rows(result),
+    )
+    kernels = "; ".join(f"{k['kind']} ({', '.join(k['ops'])})" for k in result["fused_kernels"])
+    print(f"kernels per run: fused {result['kernels_per_fused_run']} [{kernels}], "
+          f"eager {result['kernels_per_eager_run']}")
+    dev = result["device_kernel_time"]
+    if dev:
+        print("kernel time on the device: " + ", ".join(
+            f"{mode} {common.ms(d['median_s']):.3g} ms ({d['gflop_per_s']:.0f} GFLOP/s)" for mode, d in dev.items()))
+    if "ours_over_cublas" in result:
+        print(f"ours / cuBLAS (speed): {result['ours_over_cublas']['of_medians']:.2f}")
+    for note in result["notes"]:
+        print(f"note: {note}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    common.add_common_args(parser, default_repeat=10)
+    parser.add_argument("--n", type=int, default=None,
+                        help=f"M = N = K (default: {CPU_N} on CPU devices, {GPU_N} on GPUs; --size is ignored)")
+    args = parser.parse_args(argv)
+    print(f"device: {common.device_description()}", flush=True)
+    result = run(args.n, args.repeat)
+    report(result)
+    out = common.write_json(
+        (args.out or common.default_out_dir()) / f"{NAME}-{result['n']}.json",
+        {"environment": common.environment(), NAME: result},
+    )
+    print(f"results: {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
