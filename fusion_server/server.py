@@ -212,8 +212,11 @@ class FusionServer:
         self.counters["ops_registered"] += 1
         for entry in reads:
             entry.readers += 1
-        for out in outputs_of(op):
-            self.handles.add_pending(out, stream_id)
+        if type(op) is ElementwiseOp:
+            self.handles.add_pending(op.out, stream_id)
+        else:
+            for out in outputs_of(op):
+                self.handles.add_pending(out, stream_id)
         stream = self.streams.get(stream_id) or self.stream(stream_id)
         stream.register(op, self)
 
