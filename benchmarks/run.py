@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+import traceback
 from typing import Any
 
 from . import common, composites, elementwise_chain, host_cost, matmul, reductions, vectorization
@@ -44,6 +45,19 @@ TARGETS = [
 ]
 
 
+def _attempt(name: str, module: Any, *args: Any) -> dict:
+    """`module.run(*args)` and its report; on an exception, {"failed": the error} and a note."""
+    try:
+        result = module.run(*args)
+    except Exception as exc:  # any failure is reported, then the run goes on
+        message = f"{type(exc).__name__}: {exc}"
+        head = "\n".join(message.splitlines()[:4])  # build logs are long: the JSON has them whole
+        print(f"\n{name} FAILED: {head}", flush=True)
+        return {"failed": message, "traceback": traceback.format_exc()}
+    module.report(result)
+    return result
+
+
 def _value(results: dict, path: tuple[str, ...]) -> float | None:
     node: Any = results
     for key in path:
@@ -73,7 +87,9 @@ def summary(results: dict) -> list[list[Any]]:
     for label, path, op, target in TARGETS:
         value = _value(results, path)
         if value is None:
-            rows.append([label, None, f"{op} {target}", "skipped"])
+            failed = isinstance(results.get(path[0]), dict) and "failed" in results[path[0]]
+            rows.append([label, None, None if target is None else f"{op} {target:g}",
+                         "FAILED" if failed else "skipped"])
             continue
         met = None if target is None else _compare(value, op, target)
         rows.append([label, value, None if target is None else f"{op} {target:g}", _met(met)])
@@ -101,15 +117,13 @@ def main(argv: list[str] | None = None) -> dict:
     elementwise_chain.report(results["chain"])
     results["host"] = host_cost.run(args.repeat)
     host_cost.report(results["host"])
-    results["reductions"] = reductions.run(args.size, args.repeat)
-    reductions.report(results["reductions"])
-    results["composites"] = composites.run(args.size, args.repeat)
-    composites.report(results["composites"])
+    # A failure in one of these (a kernel that does not build on this device, a wrong
+    # result) is recorded and the others still run: a device run is too short to lose.
+    results["reductions"] = _attempt("reductions", reductions, args.size, args.repeat)
+    results["composites"] = _attempt("composites", composites, args.size, args.repeat)
     # The product's size follows the device (1024 on CPUs, 4096 on GPUs), not --size.
-    results["matmul"] = matmul.run(None, args.repeat)
-    matmul.report(results["matmul"])
-    results["vectorization"] = vectorization.run(args.size, args.repeat)
-    vectorization.report(results["vectorization"])
+    results["matmul"] = _attempt("matmul", matmul, None, args.repeat)
+    results["vectorization"] = _attempt("vectorization", vectorization, args.size, args.repeat)
     results["seconds"] = time.perf_counter() - start
     results["load_average_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     results["summary"] = [dict(zip(("measure", "value", "target", "met"), r)) for r in summary(results)]
