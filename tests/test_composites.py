@@ -73,3 +73,30 @@ def test_prologue_value_kept_by_the_user_is_written_by_the_reduction():
     assert len(rec.kernels) == 1
     np.testing.assert_allclose(got_total, np.exp(a * 0.5).sum(axis=1), rtol=1e-5)
     np.testing.assert_allclose(got_e, np.exp(a * 0.5), rtol=1e-6)
+
+
+@pytest.mark.parametrize("strategy", ["group", "loop"])
+def test_both_reduction_strategies_agree_with_numpy(strategy):
+    """The work-group tree (the GPU strategy) and the row loop (the CPU one), forced."""
+    from tests.conftest import server_settings
+
+    a = rand((5, 700)) * 3
+    a[2, 13] = np.nan
+    with server_settings(reduce_strategy=strategy):
+        x = clients.asarray(a)
+        got = {
+            "sum": clients.sum(clients.exp(x * 0.1), axis=1).numpy(),
+            "max": clients.max(x, axis=1).numpy(),
+            "min": clients.min(x * 2.0, axis=-1, keepdims=True).numpy(),
+            "argmax": clients.argmax(x, axis=1).numpy(),
+            "argmin": clients.argmin(x, axis=1).numpy(),
+            "prod": clients.prod(x[:, :20] * 0.5 + 1.0, axis=1).numpy(),
+        }
+        soft = softmax(clients.asarray(a[[0, 1, 3, 4]])).numpy()
+    np.testing.assert_allclose(got["sum"], np.exp(a * np.float32(0.1)).sum(axis=1), rtol=1e-5)
+    np.testing.assert_array_equal(got["max"], a.max(axis=1))
+    np.testing.assert_array_equal(got["min"], (a * np.float32(2)).min(axis=-1, keepdims=True))
+    np.testing.assert_array_equal(got["argmax"], a.argmax(axis=1))
+    np.testing.assert_array_equal(got["argmin"], a.argmin(axis=1))
+    np.testing.assert_allclose(got["prod"], (a[:, :20] * np.float32(0.5) + 1).prod(axis=1), rtol=1e-4)
+    np.testing.assert_allclose(soft, np_softmax(a[[0, 1, 3, 4]]), rtol=1e-5, atol=1e-7)

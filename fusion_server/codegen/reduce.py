@@ -72,6 +72,17 @@ def _better(kind: str, acc: np.dtype, v: str, best: str) -> str:
     return f"(({v}) {op} ({best}))"
 
 
+def _fold(kind: str, acc: np.dtype, a: str, v: str) -> str:
+    """The loop's statement folding `v` into `a`: branch-free for max and min, which keep
+    NaN in a flag (fmax would drop it) applied after the loop."""
+    if kind in ("max", "min"):
+        if dt.is_float(acc):
+            return f"{a} = f{kind}({a}, {v}); nan_seen |= isnan({v});"
+        if not dt.is_bool(acc):
+            return f"{a} = {kind}({a}, {v});"
+    return _combine(kind, acc, a, v)
+
+
 def _combine(kind: str, acc: np.dtype, a: str, v: str) -> str:
     """Statement folding value `v` into accumulator `a` (not for arg kinds)."""
     if kind == "sum":
@@ -128,7 +139,7 @@ def _loop_body(spec: ReduceSpec, r: str, indent: str) -> list[str]:
         lines.append(f"{indent}{{ const {dt.CL_NAME[spec.acc]} val = {v};")
         lines.append(f"{indent}  if ({_better(spec.kind, spec.acc, 'val', 'acc')}) {{ acc = val; arg = {r}; }} }}")
     else:
-        fold = _combine(spec.kind, spec.acc, "acc", "val")
+        fold = _fold(spec.kind, spec.acc, "acc", "val")
         lines.append(f"{indent}{{ const {dt.CL_NAME[spec.acc]} val = {v}; {fold} }}")
     return lines
 
@@ -260,9 +271,14 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
         src.append("  long arg = 0;")
     step = f"(IDX){GROUP_SIZE}" if group else "1"
     start = "lid" if group else "0"
+    nan_flag = spec.kind in ("max", "min") and dt.is_float(spec.acc)
+    if nan_flag:
+        src.append("  int nan_seen = 0;")
     src.append(f"  for (IDX r = {start}; r < nred; r += {step}) {{")
     src += _loop_body(spec, "r", "    ")
     src.append("  }")
+    if nan_flag:
+        src.append(f"  if (nan_seen) acc = ({acc_t})NAN;")
     if group:
         src.append(f"  __local {acc_t} vals[{GROUP_SIZE}];")
         if is_arg:
@@ -270,16 +286,16 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
             src.append("  args[lid] = arg;")
         src.append("  vals[lid] = acc;")
         src.append("  barrier(CLK_LOCAL_MEM_FENCE);")
-        src.append(f"  for (IDX half = {GROUP_SIZE // 2}; half > 0; half >>= 1) {{")
-        src.append("    if (lid < half) {")
+        src.append(f"  for (IDX span = {GROUP_SIZE // 2}; span > 0; span >>= 1) {{")
+        src.append("    if (lid < span) {")
         if is_arg:
             # Equal values: the smaller index wins, as numpy returns the first.
-            better = _better(spec.kind, spec.acc, "vals[lid + half]", "vals[lid]")
-            tie = "(vals[lid + half] == vals[lid] && args[lid + half] < args[lid])"
-            take = "vals[lid] = vals[lid + half]; args[lid] = args[lid + half];"
+            better = _better(spec.kind, spec.acc, "vals[lid + span]", "vals[lid]")
+            tie = "(vals[lid + span] == vals[lid] && args[lid + span] < args[lid])"
+            take = "vals[lid] = vals[lid + span]; args[lid] = args[lid + span];"
             src.append(f"      if ({better} || {tie}) {{ {take} }}")
         else:
-            src.append(f"      {acc_t} mine = vals[lid]; {_combine(spec.kind, spec.acc, 'mine', 'vals[lid + half]')}")
+            src.append(f"      {acc_t} mine = vals[lid]; {_combine(spec.kind, spec.acc, 'mine', 'vals[lid + span]')}")
             src.append("      vals[lid] = mine;")
         src.append("    }")
         src.append("    barrier(CLK_LOCAL_MEM_FENCE);")

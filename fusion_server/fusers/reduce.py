@@ -225,7 +225,7 @@ class ReducePlan:
         gpu = server.info.kind == "GPU"
         if nout == 0 or nred == 0:
             nred = 0
-        strategy = "group" if gpu and nred >= rg.GROUP_SIZE else "loop"
+        strategy = server.reduce_strategy or ("group" if gpu and nred >= rg.GROUP_SIZE else "loop")
         index = "long" if max(nout * max(nred, 1), *(e.storage.nbytes // e.ir.dtype.itemsize
                                                      for e in pro_entries)) > INT32_LIMIT else "int"
         spec = rg.ReduceSpec(
