@@ -16,6 +16,7 @@ Lock discipline (the rules every locked section follows):
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 import weakref
@@ -48,6 +49,16 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_mark_forked)
 
 
+def _close_all_at_exit() -> None:
+    for client in list(_live_clients):
+        client.close_at_exit()
+
+
+# Daemon threads may still be queuing work or building kernels when the interpreter
+# exits; a driver torn down under them can crash the process.
+atexit.register(_close_all_at_exit)
+
+
 class FusionClient:
     """Serializes every call into one FusionServer; see the module docstring."""
 
@@ -59,6 +70,7 @@ class FusionClient:
         self._lock = threading.Lock()
         self._owner: int | None = None  # the thread holding the lock
         self._forked = False
+        self._closed = False
         waits.guards.append(self._check_not_holding)
         _live_clients.add(self)
 
@@ -70,6 +82,10 @@ class FusionClient:
                 "fusion_server was called from code running under its own lock (a custom "
                 "launch function or fuser); enqueue work on the given queue instead"
             )
+        if self._closed:
+            if threading.current_thread().daemon:
+                self._lock.acquire()  # held until the process ends: this thread just stops
+            raise FusionError("the interpreter is exiting: fusion_server accepts no more work")
         if self._forked:
             raise FusionError(
                 "this device's client was created in another process; fusion_server "
@@ -103,6 +119,19 @@ class FusionClient:
         self._owner = None
         self._lock.release()
 
+    def close_at_exit(self) -> None:
+        """Stop taking work, let builds in flight finish, wait for the device, and keep the
+        lock: threads still running block on it instead of entering the driver."""
+        if self._forked or self._closed:
+            return
+        if not self._lock.acquire(timeout=30):
+            return  # a thread is stuck inside a locked section: leave everything as it is
+        self._closed = True
+        runtime = self.server.runtime
+        runtime.programs.closing = True
+        runtime.programs.wait_idle()
+        waits.drain_at_exit(runtime.queue)
+
     def holds_lock(self) -> bool:
         """True when the calling thread is inside a locked section of this client."""
         return self._owner == _get_ident()
@@ -132,7 +161,7 @@ class FusionClient:
     def register(self, op: OperationIr) -> None:
         # The hot path: `_enter` / `_exit` inlined.
         me = _get_ident()
-        if self._owner == me or self._forked:
+        if self._owner == me or self._forked or self._closed:
             self._enter()  # raises the right error
         with self._lock:
             self._owner = me

@@ -31,9 +31,18 @@ class ProgramCache:
         self._lock = threading.Lock()  # guards counters and `_building`: builds run off the server lock
         self._building: dict[Hashable, threading.Lock] = {}  # keys being built, held by the builder
         self.failed: dict[Hashable, Exception] = {}  # keys whose build failed, with why
+        self.closing = False  # set at interpreter exit: builds in flight finish, none start
 
     def get(self, key: Hashable) -> cl.Kernel | None:
         return self._kernels.get(key)
+
+    def wait_idle(self) -> None:
+        """Return once no build is in flight (used at exit, before the driver goes away)."""
+        with self._lock:
+            gates = list(self._building.values())
+        for gate in gates:
+            with gate:
+                pass
 
     def build_once(
         self,
@@ -47,6 +56,8 @@ class ProgramCache:
         if kernel is not None:
             return kernel
         with self._lock:
+            if self.closing:
+                raise RuntimeError("the process is exiting: no new kernels are built")
             gate = self._building.get(key)
             mine = gate is None
             if mine:

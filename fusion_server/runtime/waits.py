@@ -27,3 +27,9 @@ def wait_queue(queue: cl.CommandQueue) -> None:
     for guard in guards:
         guard()
     queue.finish()
+
+
+def drain_at_exit(queue: cl.CommandQueue) -> None:
+    """Wait for the queue at interpreter exit, where the lock is held on purpose (so that
+    daemon threads stay out of the driver while the process ends); no guards apply."""
+    queue.finish()
