@@ -129,6 +129,7 @@ class FusionServer:
         self.compile_under_lock = False  # True only for callers that cannot release it
         # None: per device ("group" on GPUs for long rows, else "loop"); tests force either.
         self.reduce_strategy: str | None = None
+        self.matmul_strategy: str | None = None  # likewise: "tiled" (GPUs) or "rows" (CPUs)
         # Elements per work-item where layouts allow (FUSION_VECTOR_WIDTH=1: scalar code only).
         self.vector_width = _env_int("FUSION_VECTOR_WIDTH") or 4
         if self.vector_width not in (1, 2, 4, 8, 16):

@@ -101,3 +101,21 @@ def test_bad_shapes_and_dtypes_raise_at_the_call():
     with pytest.raises(ValueError, match="do not broadcast"):
         clients.asarray(rand((2, 3, 4))) @ clients.asarray(rand((3, 4, 5)))
     np.testing.assert_allclose((x @ x.T).numpy(), rand((3, 4)) @ rand((3, 4)).T, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mkn", [(70, 33, 130), (2100, 20, 2050)])
+@pytest.mark.parametrize("strategy", ["tiled", "rows"])
+def test_both_matmul_strategies_agree_with_numpy(strategy, mkn):
+    """The tiled kernels (GPUs; 64 and 128 tiles) and the row kernel (CPUs), forced."""
+    from tests.conftest import server_settings
+
+    m, k, n = mkn
+    a, w, bias = rand((m, k), seed=6), rand((k, n), seed=7), rand(n, seed=8)
+    with server_settings(matmul_strategy=strategy):
+        x, tw, tb = clients.asarray(a), clients.asarray(w), clients.asarray(bias)
+        with clients.inspect() as rec:
+            got = clients.maximum(x @ tw + tb, 0.0).numpy()
+            got_t = (x[:5].T @ tw[:5]).numpy()
+    np.testing.assert_allclose(got, np.maximum(a @ w + bias, 0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got_t, a[:5].T @ w[:5], rtol=1e-4, atol=1e-4)
+    assert [r.kind for r in rec.kernels] == ["matmul", "matmul"]

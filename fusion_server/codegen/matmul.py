@@ -1,8 +1,9 @@
 """OpenCL C for a (batched) matrix product with its element-wise epilogue fused in.
 
-A work-group of 16 x 16 work-items computes a 64 x 64 tile of the output, each
-work-item a 4 x 4 block held in registers; tiles of A (64 x 16) and B (16 x 64) are
-staged in local memory, so every element loaded from global memory is used 64 times.
+A work-group of 16 x 16 work-items computes a 64 x 64 (or 128 x 128) tile of the output,
+each work-item a 4 x 4 (8 x 8) block held in registers; tiles of A and B, 16 deep, are
+staged in local memory, so every element loaded from global memory is used 64 (128)
+times.
 Operands are read through their strides (a transposed view costs no copy) and batch
 dimensions broadcast. The epilogue (bias, activation, ...) runs on each result before
 it is written, so `maximum(a @ w + bias, 0)` is one kernel.
@@ -18,10 +19,8 @@ import numpy as np
 from .. import dtypes as dt
 from . import elementwise as ew
 
-TILE = 64  # output tile per work-group (square)
 TK = 16  # depth of a K step
-LOCAL = 16  # work-items per side of a work-group
-WPT = TILE // LOCAL  # outputs per work-item per side
+LOCAL = 16  # work-items per side of a work-group (the tile side / LOCAL outputs per work-item)
 
 
 ROWS, COLS = 4, 8  # the "rows" strategy: outputs per work-item
@@ -34,6 +33,7 @@ class MatmulSpec(NamedTuple):
     index: str
     out_rank: int  # for strided epilogue inputs (0 if none)
     strategy: str = "tiled"  # "tiled" (GPUs) or "rows" (CPUs)
+    tile: int = 64  # tiled: output tile side per work-group (64, or 128 for large products)
 
 
 def kernel_name(spec: MatmulSpec) -> str:
@@ -48,6 +48,8 @@ def arg_dtypes(spec: MatmulSpec) -> list:
 
 def generate(spec: MatmulSpec) -> tuple[str, str]:
     name = kernel_name(spec)
+    TILE = spec.tile
+    WPT = TILE // LOCAL
     t = dt.CL_NAME[spec.dtype]
     epi = spec.epilogue
     types = {spec.dtype} | {d for d, _ in epi.inputs} | set(epi.scalars) | {op.out for op in epi.ops}

@@ -139,13 +139,15 @@ class MatmulPlan:
         biggest = max(size_of(out_shape), ea.storage.nbytes // ea.ir.dtype.itemsize,
                       eb.storage.nbytes // eb.ir.dtype.itemsize)
         index = "long" if biggest > INT32_LIMIT else "int"
+        strategy = server.matmul_strategy or ("tiled" if server.info.kind == "GPU" else "rows")
         spec = mg.MatmulSpec(
             dtype=mm.compute,
             epilogue=cg.KernelSpec(tuple(trace), tuple(classes), tuple(sdt), tuple(outputs), 1, index, out_rank),
             batch_rank=len(batch_shape),
             index=index,
             out_rank=out_rank,
-            strategy="tiled" if server.info.kind == "GPU" else "rows",
+            strategy=strategy,
+            tile=128 if strategy == "tiled" and m * n * nbatch >= 2048 * 2048 else 64,
         )
         try:
             kernel = server.kernel_for(spec)
@@ -167,7 +169,8 @@ class MatmulPlan:
                 groups = ((n + mg.COLS - 1) // mg.COLS, (m + mg.ROWS - 1) // mg.ROWS, nbatch)
                 event = kernel(server.runtime.queue, groups, None, *args)
             else:
-                groups = ((n + mg.TILE - 1) // mg.TILE * mg.LOCAL, (m + mg.TILE - 1) // mg.TILE * mg.LOCAL, nbatch)
+                tile = spec.tile
+                groups = ((n + tile - 1) // tile * mg.LOCAL, (m + tile - 1) // tile * mg.LOCAL, nbatch)
                 event = kernel(server.runtime.queue, groups, (mg.LOCAL, mg.LOCAL, 1), *args)
             bindings = 7 + len(buffers) + len(epi_entries) - 1 + len(scalars)
             server.note_launch("matmul", [op.name if hasattr(op, "name") else "matmul" for op in self.ops],
