@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from . import elementwise as ew
+from . import epilogue as ep
 
 TK = 16  # depth of a K step
 LOCAL = 16  # work-items per side of a work-group (the tile side / LOCAL outputs per work-item)
@@ -99,19 +100,8 @@ def generate(spec: MatmulSpec) -> tuple[str, str]:
             src.append(f"  {{ const IDX bd = (IDX)meta[{dim}]; const IDX c = brem % bd; brem /= bd;")
             src.append(f"    offA += c * (IDX)meta[{sa}]; offB += c * (IDX)meta[{sb}]; }}")
         pos += 3 * spec.batch_rank
-    for d in range(spec.out_rank):
-        src.append(f"  const IDX OD{d} = (IDX)meta[{pos}];")
-        pos += 1
-    for k in range(1, len(epi.inputs)):
-        cls = epi.inputs[k][1]
-        if cls == "contig":
-            continue
-        src.append(f"  const IDX EO{k} = (IDX)meta[{pos}];")
-        pos += 1
-        if cls.startswith("strided"):
-            for d in range(spec.out_rank):
-                src.append(f"  const IDX ES{k}_{d} = (IDX)meta[{pos}];")
-                pos += 1
+    decls, pos = ep.declarations(epi, spec.out_rank, pos)
+    src += decls
     if rows:
         src += _rows_body(spec, t)
         src.append("}")
@@ -154,16 +144,7 @@ def generate(spec: MatmulSpec) -> tuple[str, str]:
 
 def _epilogue(spec: MatmulSpec, value: str, indent: str) -> list[str]:
     """The epilogue and stores for output element `o` whose product is `value`."""
-    epi = spec.epilogue
-    lines = [f"{indent}const {dt.CL_NAME[epi.inputs[0][0]]} x0 = {value};"]
-    lines += _epilogue_loads(spec, indent)
-    for k, sdt in enumerate(epi.scalars):
-        lines.append(f"{indent}const {dt.CL_NAME[sdt]} s{k} = a{k};")
-    for j, op in enumerate(epi.ops):
-        lines += [indent + line for line in ew._op_expr(epi, op, j, 1)]
-    for m, ref in enumerate(epi.outputs):
-        lines.append(f"{indent}out{m}[o] = {'x0' if ref == -1 else f'v{ref}'};")
-    return lines
+    return ep.body(spec.epilogue, spec.out_rank, value, 1, 0, indent)
 
 
 def _rows_body(spec: MatmulSpec, t: str) -> list[str]:
@@ -200,26 +181,4 @@ def _rows_body(spec: MatmulSpec, t: str) -> list[str]:
     lines.append("    const IDX o = (batch * M + i) * N + j;")
     lines += _epilogue(spec, "r[wi][wj]", "    ")
     lines.append("  }")
-    return lines
-
-
-def _epilogue_loads(spec: MatmulSpec, indent: str) -> list[str]:
-    epi = spec.epilogue
-    lines = []
-    if spec.out_rank:
-        lines.append(f"{indent}IDX orem = o;")
-        for d in range(spec.out_rank - 1, 0, -1):
-            lines.append(f"{indent}const IDX oc{d} = orem % OD{d}; orem /= OD{d};")
-        lines.append(f"{indent}const IDX oc0 = orem;")
-    for k in range(1, len(epi.inputs)):
-        dtype, cls = epi.inputs[k]
-        if cls == "contig":
-            at = "o"
-        elif cls == "offset":
-            at = f"EO{k} + o"
-        elif cls == "scalar":
-            at = f"EO{k}"
-        else:
-            at = " + ".join([f"EO{k}"] + [f"oc{d} * ES{k}_{d}" for d in range(spec.out_rank)])
-        lines.append(f"{indent}const {dt.CL_NAME[dtype]} x{k} = in{k}[{at}];")
     return lines

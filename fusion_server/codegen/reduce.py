@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from . import elementwise as ew
+from . import epilogue as ep
 from . import expressions as ex
 
 GROUP_SIZE = 256
@@ -181,37 +182,11 @@ def _vector_body(spec: ReduceSpec, indent: str) -> list[str]:
 
 def _epilogue(spec: ReduceSpec, indent: str) -> list[str]:
     """Loads at output element `o`, the epilogue ops, and the stores."""
-    epi = spec.epilogue
-    n_pro_in = len(spec.prologue.inputs)
-    n_pro_sc = len(spec.prologue.scalars)
     result = "arg" if spec.kind in ("argmax", "argmin") else "acc"
-    first = epi.inputs[0][0]
-    lines = [f"{indent}const {dt.CL_NAME[first]} x0 = {ex.cast(result, _result_dtype(spec), first, 1)};"]
-    if spec.out_rank:
-        lines.append(f"{indent}IDX orem = o;")
-        for d in range(spec.out_rank - 1, 0, -1):
-            lines.append(f"{indent}const IDX oc{d} = orem % OD{d}; orem /= OD{d};")
-        lines.append(f"{indent}const IDX oc0 = orem;")
-    for k in range(1, len(epi.inputs)):
-        dtype, cls = epi.inputs[k]
-        param = n_pro_in + k - 1
-        if cls == "contig":
-            at = "o"
-        elif cls in ("offset",):
-            at = f"EO{k} + o"
-        elif cls == "scalar":
-            at = f"EO{k}"
-        else:
-            at = " + ".join([f"EO{k}"] + [f"oc{d} * ES{k}_{d}" for d in range(spec.out_rank)])
-        lines.append(f"{indent}const {dt.CL_NAME[dtype]} x{k} = in{param}[{at}];")
-    for k, dtype in enumerate(epi.scalars):
-        lines.append(f"{indent}const {dt.CL_NAME[dtype]} s{k} = a{n_pro_sc + k};")
-    for j, op in enumerate(epi.ops):
-        lines += [indent + line for line in ew._op_expr(epi, op, j, 1)]
-    for m, ref in enumerate(epi.outputs):
-        value = "x0" if ref == -1 else f"v{ref}"
-        lines.append(f"{indent}out{m}[o] = {value};")
-    return lines
+    first = spec.epilogue.inputs[0][0]
+    value = ex.cast(result, _result_dtype(spec), first, 1)
+    return ep.body(spec.epilogue, spec.out_rank, value, len(spec.prologue.inputs),
+                   len(spec.prologue.scalars), indent)
 
 
 def _result_dtype(spec: ReduceSpec) -> np.dtype:
@@ -252,17 +227,15 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
     else:
         src.append("  const IDX o = (IDX)get_global_id(0);")
         src.append("  if (o >= nout) return;")
-    # Metadata: kept dims, reduced dims, output dims, then per prologue input its offset,
-    # kept strides and reduced strides, then per non-contiguous epilogue input its layout.
+    # Metadata: kept dims, reduced dims, then per prologue input its offset, kept strides
+    # and reduced strides, per written value its strides, then the epilogue's (output
+    # dims if needed, each non-contiguous input's layout).
     pos = 0
     for d in range(spec.kept_rank):
         src.append(f"  const IDX KD{d} = (IDX)meta[{pos}];")
         pos += 1
     for d in range(spec.red_rank):
         src.append(f"  const IDX RD{d} = (IDX)meta[{pos}];")
-        pos += 1
-    for d in range(spec.out_rank):
-        src.append(f"  const IDX OD{d} = (IDX)meta[{pos}];")
         pos += 1
     if spec.kept_rank:
         src.append("  IDX krem = o;")
@@ -289,16 +262,8 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
         for d in range(spec.red_rank):
             src.append(f"  const IDX RW{m}_{d} = (IDX)meta[{pos}];")
             pos += 1
-    for k in range(1, len(epi.inputs)):
-        cls = epi.inputs[k][1]
-        if cls == "contig":
-            continue
-        src.append(f"  const IDX EO{k} = (IDX)meta[{pos}];")
-        pos += 1
-        if cls.startswith("strided"):
-            for d in range(spec.out_rank):
-                src.append(f"  const IDX ES{k}_{d} = (IDX)meta[{pos}];")
-                pos += 1
+    decls, pos = ep.declarations(epi, spec.out_rank, pos)
+    src += decls
     acc_t = dt.CL_NAME[spec.acc]
     is_arg = spec.kind in ("argmax", "argmin")
     src.append(f"  {acc_t} acc = {_identity(spec.kind, spec.acc)};")

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..codegen import elementwise as cg
+from ..codegen import epilogue as ep
 from ..codegen import matmul as mg
-from ..codegen.layout import broadcast_strides, classify
+from ..codegen.layout import broadcast_strides
 from ..compiling import NeedsCompile
 from ..errors import TensorFailedError
 from ..handles import PENDING
@@ -120,22 +121,10 @@ class MatmulPlan:
         meta: list[int] = [ea.offset, ea.strides[-2], ea.strides[-1], eb.offset, eb.strides[-2], eb.strides[-1]]
         for d in range(len(batch_shape)):
             meta += [batch_shape[d], sa[d], sb[d]]
-        classes = [(prod.ir.dtype, "contig")]
-        layouts = []
-        for e in epi_entries[1:]:
-            if e.contiguous and e.ir.shape == out_shape:
-                classes.append((e.ir.dtype, "contig"))
-                continue
-            bs = broadcast_strides(e.ir.shape, e.strides, out_shape)
-            cls = classify(out_shape, bs, e.offset)
-            classes.append((e.ir.dtype, cls))
-            layouts.append((e.offset, bs if cls == "strided" else ()))
-        out_rank = len(out_shape) if any(c == "strided" for _, c in classes) else 0
+        classes, layouts, out_rank = ep.layouts(prod.ir.dtype, epi_entries[1:], out_shape)
         if out_rank:
             meta += list(out_shape)
-        for offset, strides in layouts:
-            meta.append(offset)
-            meta += list(strides)
+        meta += ep.metadata(layouts)
         biggest = max(size_of(out_shape), ea.storage.nbytes // ea.ir.dtype.itemsize,
                       eb.storage.nbytes // eb.ir.dtype.itemsize)
         index = "long" if biggest > INT32_LIMIT else "int"

@@ -14,9 +14,10 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..codegen import elementwise as cg
+from ..codegen import epilogue as ep
 from ..codegen import reduce as rg
 from ..codegen.expressions import SCALAR_EXPRS, needs_scalar_code
-from ..codegen.layout import broadcast_strides, classify, collapse
+from ..codegen.layout import broadcast_strides, collapse
 from ..compiling import NeedsCompile
 from ..errors import TensorFailedError
 from ..handles import PENDING
@@ -213,17 +214,7 @@ class ReducePlan:
         rdims, red_sets = collapse(red_shape, [tuple(s[d] for d in axes) for s in stride_sets])
         kept_rank = 0 if nout <= 1 else len(kdims)
         out_shape = red.out.shape
-        epi_classes = [(red_entry.ir.dtype, "contig")]
-        epi_layouts: list[tuple[int, tuple[int, ...]]] = []
-        for e in epi_entries[1:]:
-            if e.contiguous and e.ir.shape == out_shape:
-                epi_classes.append((e.ir.dtype, "contig"))
-                continue
-            bs = broadcast_strides(e.ir.shape, e.strides, out_shape)
-            cls = classify(out_shape, bs, e.offset)
-            epi_classes.append((e.ir.dtype, cls))
-            epi_layouts.append((e.offset, bs if cls == "strided" else ()))
-        out_rank = len(out_shape) if any(c == "strided" for _, c in epi_classes) else 0
+        epi_classes, epi_layouts, out_rank = ep.layouts(red_entry.ir.dtype, epi_entries[1:], out_shape)
         gpu = server.info.kind == "GPU"
         if nout == 0 or nred == 0:
             nred = 0
@@ -261,8 +252,6 @@ class ReducePlan:
         )
         meta: list[int] = list(kdims) if kept_rank else []
         meta += list(rdims)
-        if out_rank:
-            meta += list(out_shape)
         for e, ks, rs in zip(pro_entries, kept_sets[:n_in], red_sets[:n_in]):
             meta.append(e.offset)
             if kept_rank:
@@ -272,9 +261,9 @@ class ReducePlan:
             if kept_rank:
                 meta += list(ks)
             meta += list(rs)
-        for offset, strides in epi_layouts:
-            meta.append(offset)
-            meta += list(strides)
+        if out_rank:
+            meta += list(out_shape)
+        meta += ep.metadata(epi_layouts)
         try:
             kernel = server.kernel_for(spec)
         except NeedsCompile:
