@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import gc
 import json
@@ -242,3 +243,32 @@ def add_common_args(parser: Any, default_repeat: int) -> None:
                         help=f"timed repeats per variant (default {default_repeat})")
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for the JSON results (default: $OUT, else benchmarks/results/)")
+
+
+def run_main(
+    name: str,
+    doc: str,
+    run: Callable[..., dict],
+    report: Callable[[dict], None],
+    argv: list[str] | None = None,
+    configure: Callable[[argparse.ArgumentParser], None] | None = None,
+    call: Callable[[argparse.Namespace], dict] | None = None,
+    json_name: Callable[[argparse.Namespace, dict], str] | None = None,
+) -> dict:
+    """The command line of one benchmark module: parse, run, report, write the JSON.
+
+    By default `run(size, repeat)` is called and the JSON is `<name>-<size>.json`;
+    `configure` adds arguments, `call` runs differently, `json_name` names the file.
+    """
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    add_common_args(parser, default_repeat=10)
+    if configure:
+        configure(parser)
+    args = parser.parse_args(argv)
+    print(f"device: {device_description()}", flush=True)
+    result = call(args) if call else run(args.size, args.repeat)
+    report(result)
+    file_name = json_name(args, result) if json_name else f"{name}-{args.size}.json"
+    out = write_json((args.out or default_out_dir()) / file_name, {"environment": environment(), name: result})
+    print(f"results: {out}")
+    return result

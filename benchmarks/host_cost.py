@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import argparse
 import gc
 import statistics
 import time
@@ -164,18 +163,9 @@ def report(result: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    common.add_common_args(parser, default_repeat=10)
-    args = parser.parse_args(argv)  # --size is accepted for symmetry; sizes here are fixed
-    print(f"device: {common.device_description()}", flush=True)
-    result = run(args.repeat)
-    report(result)
-    out = common.write_json(
-        (args.out or common.default_out_dir()) / f"{NAME}.json",
-        {"environment": common.environment(), NAME: result},
-    )
-    print(f"results: {out}")
-    return result
+    # --size is accepted for symmetry; the sizes here are fixed.
+    return common.run_main(NAME, __doc__, run, report, argv, call=lambda args: run(args.repeat),
+                           json_name=lambda args, result: f"{NAME}.json")
 
 
 if __name__ == "__main__":

@@ -191,20 +191,13 @@ def report(result: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    common.add_common_args(parser, default_repeat=10)
-    parser.add_argument("--n", type=int, default=None,
-                        help=f"M = N = K (default: {CPU_N} on CPU devices, {GPU_N} on GPUs; --size is ignored)")
-    args = parser.parse_args(argv)
-    print(f"device: {common.device_description()}", flush=True)
-    result = run(args.n, args.repeat)
-    report(result)
-    out = common.write_json(
-        (args.out or common.default_out_dir()) / f"{NAME}-{result['n']}.json",
-        {"environment": common.environment(), NAME: result},
-    )
-    print(f"results: {out}")
-    return result
+    def configure(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--n", type=int, default=None,
+                            help=f"M = N = K (default: {CPU_N} on CPU devices, {GPU_N} on GPUs; --size is ignored)")
+
+    return common.run_main(NAME, __doc__, run, report, argv, configure=configure,
+                           call=lambda args: run(args.n, args.repeat),
+                           json_name=lambda args, result: f"{NAME}-{result['n']}.json")
 
 
 if __name__ == "__main__":

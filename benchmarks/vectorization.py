@@ -17,7 +17,6 @@ above 1, vector code is faster.
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable
 from typing import Any
@@ -146,18 +145,7 @@ def report(result: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    common.add_common_args(parser, default_repeat=10)
-    args = parser.parse_args(argv)
-    print(f"device: {common.device_description()}", flush=True)
-    result = run(args.size, args.repeat)
-    report(result)
-    out = common.write_json(
-        (args.out or common.default_out_dir()) / f"{NAME}-{args.size}.json",
-        {"environment": common.environment(), NAME: result},
-    )
-    print(f"results: {out}")
-    return result
+    return common.run_main(NAME, __doc__, run, report, argv)
 
 
 if __name__ == "__main__":
