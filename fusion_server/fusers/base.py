@@ -45,3 +45,27 @@ class Fuser(Protocol):
 
     def reset(self) -> None:
         """Forget everything; open again."""
+
+
+class LimitedFuser:
+    """Shared state of the built-in fusers: the limits they respect and their status.
+
+    Subclasses set their own block state in `reset` (calling this one) and close with
+    `_close(reason)`, which also answers `offer` with False.
+    """
+
+    name = "fuser"
+
+    def __init__(self, max_bindings: int, max_ops: int):
+        self.max_bindings = max_bindings
+        self.max_ops = max_ops
+        self.reset()
+
+    def reset(self) -> None:
+        self.closed = False
+        self.close_reason = ""
+
+    def _close(self, reason: str) -> bool:
+        self.closed = True
+        self.close_reason = reason
+        return False

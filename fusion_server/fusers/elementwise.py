@@ -20,6 +20,7 @@ from ..compiling import NeedsCompile
 from ..errors import TensorFailedError
 from ..handles import FAILED, PENDING, Entry
 from ..ir import ElementwiseOp, OperationIr, size_of
+from .base import LimitedFuser
 
 if TYPE_CHECKING:
     from ..server import FusionServer
@@ -29,15 +30,10 @@ log = logging.getLogger("fusion_server")
 INT32_LIMIT = 2**31 - 1
 
 
-class ElementwiseFuser:
+class ElementwiseFuser(LimitedFuser):
     """Claims consecutive element-wise ops with one output shape, within the limits."""
 
     name = "elementwise"
-
-    def __init__(self, max_bindings: int, max_ops: int):
-        self.max_bindings = max_bindings
-        self.max_ops = max_ops
-        self.reset()
 
     def reset(self) -> None:
         self.ops: list[ElementwiseOp] = []
@@ -47,13 +43,7 @@ class ElementwiseFuser:
         self.n_scalars = 0
         self.meta = False
         self.outputs_bound = 0  # upper bound on values that must be written
-        self.closed = False
-        self.close_reason = ""
-
-    def _close(self, reason: str) -> bool:
-        self.closed = True
-        self.close_reason = reason
-        return False
+        super().reset()
 
     def score(self) -> int:
         return len(self.ops)

@@ -14,19 +14,15 @@ from ..compiling import NeedsCompile
 from ..errors import TensorFailedError
 from ..handles import PENDING
 from ..ir import ElementwiseOp, MatmulOp, OperationIr, size_of
+from .base import LimitedFuser
 from .elementwise import INT32_LIMIT, fail_on_failed_inputs, liveness, needed_values, relative_form
 
 if TYPE_CHECKING:
     from ..server import FusionServer
 
 
-class MatmulFuser:
+class MatmulFuser(LimitedFuser):
     name = "matmul"
-
-    def __init__(self, max_bindings: int, max_ops: int):
-        self.max_bindings = max_bindings
-        self.max_ops = max_ops
-        self.reset()
 
     def reset(self) -> None:
         self.matmul: MatmulOp | None = None
@@ -34,13 +30,7 @@ class MatmulFuser:
         self.values: set[int] = set()
         self.inputs: set[int] = set()
         self.n_scalars = 0
-        self.closed = False
-        self.close_reason = ""
-
-    def _close(self, reason: str) -> bool:
-        self.closed = True
-        self.close_reason = reason
-        return False
+        super().reset()
 
     def score(self) -> int:
         return 0 if self.matmul is None else 1 + len(self.epilogue)

@@ -22,6 +22,7 @@ from ..compiling import NeedsCompile
 from ..errors import TensorFailedError
 from ..handles import PENDING
 from ..ir import ElementwiseOp, OperationIr, ReduceOp, contiguous_strides, size_of
+from .base import LimitedFuser
 from .elementwise import (
     INT32_LIMIT,
     fail_on_failed_inputs,
@@ -34,13 +35,8 @@ if TYPE_CHECKING:
     from ..server import FusionServer
 
 
-class ReduceFuser:
+class ReduceFuser(LimitedFuser):
     name = "reduce"
-
-    def __init__(self, max_bindings: int, max_ops: int):
-        self.max_bindings = max_bindings
-        self.max_ops = max_ops
-        self.reset()
 
     def reset(self) -> None:
         self.prologue: list[ElementwiseOp] = []
@@ -51,13 +47,7 @@ class ReduceFuser:
         self.inputs: set[int] = set()
         self.n_scalars = 0
         self.writes_bound = 0  # prologue values that may have to be written too
-        self.closed = False
-        self.close_reason = ""
-
-    def _close(self, reason: str) -> bool:
-        self.closed = True
-        self.close_reason = reason
-        return False
+        super().reset()
 
     def score(self) -> int:
         if self.reduce is None:
