@@ -24,6 +24,25 @@ from fusion_server.errors import (
 
 from . import _functions as _f
 from . import custom
+from ._array_api import (
+    __array_api_version__,
+    all,
+    any,
+    can_cast,
+    eye,
+    finfo,
+    flip,
+    iinfo,
+    isdtype,
+    linspace,
+    matrix_transpose,
+    result_type,
+    std,
+    tril,
+    triu,
+    var,
+    vecdot,
+)
 from ._buffers import from_cl, resolve
 from ._functions import (
     arange,
@@ -101,7 +120,9 @@ def set_mode(mode: str, device: Any = None) -> None:
 
 
 __all__ = [
-    "custom", "from_cl", "matmul", "resolve", "argmax", "argmin", "max", "mean", "min", "prod", "sum",
+    "custom", "from_cl", "matmul", "resolve", "__array_api_version__", "all", "any", "can_cast", "eye",
+    "finfo", "flip", "iinfo", "isdtype", "linspace", "matrix_transpose", "result_type", "std", "tril", "triu",
+    "var", "vecdot", "argmax", "argmin", "max", "mean", "min", "prod", "sum",
     "Device", "DeviceError", "DeviceMemoryError", "DroppedTensorError", "FusionError",
     "ReentrancyError", "Tensor", "TensorFailedError", "arange", "asarray", "astype", "bool",
     "broadcast_shapes", "broadcast_to", "client_for", "clip", "default_device", "devices",

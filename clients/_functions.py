@@ -398,6 +398,16 @@ def full_like(x: Tensor, fill_value: Any, dtype: Any = None, device: Any = None)
     return full(x.shape, fill_value, *_like(x, dtype, device))
 
 
+def flat_index(shape: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """Each element's C-order flat index, as a tensor of `shape` (fusable, no view)."""
+    shape = _shape_arg(shape)
+    target = dt.normalize(dtype) if dtype is not None else dt.int64
+    client = _device_client(device)
+    out = _new(client, shape, target)
+    client.register(ElementwiseOp("iota", (), target, out))
+    return Tensor._make(client, out.id, shape, target)
+
+
 def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None, device: Any = None) -> Tensor:
     """Evenly spaced values in [start, stop), as numpy.arange (computed on the device)."""
     if stop is None:
@@ -408,10 +418,7 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None, devic
         dtype = dt.int64 if all(isinstance(v, (int, np.integer)) for v in (start, stop, step)) else dt.float64
     target = dt.normalize(dtype)
     n = max(0, math.ceil((stop - start) / step))
-    client = _device_client(device)
-    out = _new(client, (n,), target)
-    client.register(ElementwiseOp("iota", (), target, out))
-    t = Tensor._make(client, out.id, (n,), target)
+    t = flat_index((n,), target, device)
     if step != 1:
         t = binary("multiply", t, dt.scalar_value(step, target).item())
     if start != 0:

@@ -93,6 +93,14 @@ class Tensor:
         axes = tuple(range(self.ndim - 2)) + (self.ndim - 1, self.ndim - 2)
         return F.permute_dims(self, axes)
 
+    def __array_namespace__(self, api_version: str | None = None):
+        """The `clients` module: tensors speak the Array API (version 2021.12)."""
+        if api_version not in (None, "2021.12"):
+            raise ValueError(f"only Array API version 2021.12 is provided, not {api_version}")
+        import clients
+
+        return clients
+
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")

@@ -1,0 +1,172 @@
+"""Array API standard pieces built on the core: dtype introspection and functions that
+compose from element-wise ops, views and reductions (so they fuse like the rest)."""
+
+from __future__ import annotations
+
+import builtins
+import math
+import operator
+from typing import Any
+
+import numpy as np
+
+from fusion_server import dtypes as dt
+
+from . import _functions as F
+from . import _reductions as R
+from .tensor import Tensor
+
+__array_api_version__ = "2021.12"
+
+_KINDS = {
+    "bool": ("b",),
+    "signed integer": ("i",),
+    "unsigned integer": ("u",),
+    "integral": ("i", "u"),
+    "real floating": ("f",),
+    "complex floating": ("c",),
+    "numeric": ("i", "u", "f", "c"),
+}
+
+
+def finfo(dtype: Any) -> np.finfo:
+    """Machine limits of a float dtype (or of a float tensor's dtype)."""
+    return np.finfo(dtype.dtype if isinstance(dtype, Tensor) else dt.normalize(dtype))
+
+
+def iinfo(dtype: Any) -> np.iinfo:
+    """Machine limits of an integer dtype (or of an integer tensor's dtype)."""
+    return np.iinfo(dtype.dtype if isinstance(dtype, Tensor) else dt.normalize(dtype))
+
+
+def result_type(*arrays_and_dtypes: Any) -> np.dtype:
+    """The dtype numpy's promotion gives for tensors and dtypes (Python scalars weak)."""
+    dtypes, scalars = [], []
+    for v in arrays_and_dtypes:
+        if isinstance(v, Tensor):
+            dtypes.append(v.dtype)
+        elif isinstance(v, (bool, int, float)):
+            scalars.append(v)
+        else:
+            dtypes.append(dt.normalize(v))
+    if not dtypes:
+        raise TypeError("result_type needs at least one tensor or dtype")
+    out = dtypes[0]
+    for d in dtypes[1:]:
+        out = dt.promote(out, d)
+    for s in scalars:
+        out = dt.promote_scalar(out, s)
+    return out
+
+
+def can_cast(from_: Any, to: Any) -> bool:
+    """Whether `from_` (a dtype or tensor) casts to `to` without loss, as numpy says."""
+    src = from_.dtype if isinstance(from_, Tensor) else dt.normalize(from_)
+    return bool(np.can_cast(src, dt.normalize(to), casting="safe"))
+
+
+def isdtype(dtype: Any, kind: Any) -> bool:
+    """Whether `dtype` is `kind`: a dtype, a kind name ("real floating", ...) or a tuple."""
+    d = dt.normalize(dtype)
+    if isinstance(kind, tuple):
+        return builtins.any(isdtype(d, k) for k in kind)
+    if isinstance(kind, str):
+        if kind not in _KINDS:
+            raise ValueError(f"unknown dtype kind {kind!r}; expected one of {sorted(_KINDS)}")
+        return d.kind in _KINDS[kind]
+    return d == dt.normalize(kind)
+
+
+def linspace(start: float, stop: float, num: int, dtype: Any = None, device: Any = None,
+             endpoint: bool = True) -> Tensor:
+    """`num` evenly spaced values from start to stop (computed on the device, fusable)."""
+    num = operator.index(num)
+    if num < 0:
+        raise ValueError(f"num must be non-negative, got {num}")
+    target = dt.normalize(dtype) if dtype is not None else dt.float64
+    div = (num - 1) if endpoint else num
+    step = (stop - start) / div if div > 0 else 0.0
+    t = F.arange(num, dtype=target, device=device) * step + start
+    if endpoint and num > 1:
+        # The last value is exactly `stop`, as numpy makes it.
+        t = F.where(F.arange(num, device=device) == num - 1, F.full((), stop, target, device), t)
+    return t
+
+
+def _row_col(n_rows: int, n_cols: int, device: Any) -> tuple[Tensor, Tensor]:
+    """Row and column index of every element of an (n_rows, n_cols) grid, computed from
+    one flat index so that they fuse with what uses them (views would not)."""
+    flat = F.flat_index((n_rows, n_cols), device=device)
+    if n_cols == 0:
+        return flat, flat
+    return flat // n_cols, flat % n_cols
+
+
+def eye(n_rows: int, n_cols: int | None = None, k: int = 0, dtype: Any = None, device: Any = None) -> Tensor:
+    """Ones on the k-th diagonal, zeros elsewhere (one fused kernel)."""
+    n_cols = n_rows if n_cols is None else n_cols
+    rows, cols = _row_col(n_rows, n_cols, device)
+    return F.astype(rows + k == cols, dt.float64 if dtype is None else dtype)
+
+
+def _triangle(x: Tensor, k: int, lower: bool) -> Tensor:
+    if x.ndim < 2:
+        raise ValueError("tril and triu need at least 2 dimensions")
+    rows, cols = _row_col(x.shape[-2], x.shape[-1], x.device)
+    keep = (cols <= rows + k) if lower else (cols >= rows + k)
+    return F.where(keep, x, F.zeros((), x.dtype, x.device))
+
+
+def tril(x: Tensor, k: int = 0) -> Tensor:
+    """The lower triangle of the last two dimensions (others zeroed)."""
+    return _triangle(x, k, True)
+
+
+def triu(x: Tensor, k: int = 0) -> Tensor:
+    """The upper triangle of the last two dimensions (others zeroed)."""
+    return _triangle(x, k, False)
+
+
+def flip(x: Tensor, axis: int | tuple[int, ...] | None = None) -> Tensor:
+    """x with the order of elements reversed along `axis` (all axes when None): a view."""
+    axes = range(x.ndim) if axis is None else ((axis,) if isinstance(axis, int) else axis)
+    key = [slice(None)] * x.ndim
+    for a in axes:
+        key[F._axis(a, x.ndim)] = slice(None, None, -1)
+    return F.getitem(x, tuple(key))
+
+
+def all(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Whether every element (along `axis`) is true."""
+    return R.min(F.astype(x, dt.bool_), axis=axis, keepdims=keepdims) if x.size else F.full(
+        R._out_shape(x, R._axes(x, axis), keepdims), True, dt.bool_)
+
+
+def any(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Whether any element (along `axis`) is true."""
+    return R.max(F.astype(x, dt.bool_), axis=axis, keepdims=keepdims) if x.size else F.full(
+        R._out_shape(x, R._axes(x, axis), keepdims), False, dt.bool_)
+
+
+def var(x: Tensor, axis: Any = None, correction: float = 0.0, keepdims: bool = False) -> Tensor:
+    """Variance with `correction` degrees of freedom removed (numpy's ddof)."""
+    mu = R.mean(x, axis=axis, keepdims=True)
+    dev = (x if dt.is_float(x.dtype) else F.astype(x, dt.float64)) - mu
+    n = math.prod(x.shape[d] for d in R._axes(x, axis))
+    total = R.sum(dev * dev, axis=axis, keepdims=keepdims)
+    return total * (1.0 / (n - correction)) if n - correction > 0 else total * float("nan")
+
+
+def std(x: Tensor, axis: Any = None, correction: float = 0.0, keepdims: bool = False) -> Tensor:
+    """Standard deviation (the square root of `var`)."""
+    return F.unary("sqrt", var(x, axis=axis, correction=correction, keepdims=keepdims))
+
+
+def matrix_transpose(x: Tensor) -> Tensor:
+    """The last two dimensions swapped (a view)."""
+    return x.mT
+
+
+def vecdot(x1: Tensor, x2: Tensor, axis: int = -1) -> Tensor:
+    """Dot products along `axis`, broadcasting the rest (one fused reduction)."""
+    return R.sum(x1 * x2, axis=axis)

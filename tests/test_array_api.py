@@ -1,0 +1,100 @@
+"""The Array API pieces: namespace introspection, dtype helpers, composed functions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import clients as xp
+from tests.conftest import rand
+
+
+def test_tensors_name_their_namespace():
+    x = xp.asarray([1.0, 2.0])
+    assert x.__array_namespace__() is xp
+    assert x.__array_namespace__(api_version="2021.12") is xp
+    assert xp.__array_api_version__ == "2021.12"
+    with pytest.raises(ValueError, match="2021.12"):
+        x.__array_namespace__(api_version="2099.01")
+
+
+def test_dtype_helpers_follow_numpy():
+    assert xp.finfo(xp.float32).eps == np.finfo(np.float32).eps
+    assert xp.iinfo(xp.asarray(np.int32(1))).max == 2**31 - 1
+    assert xp.result_type(xp.asarray(np.ones(2, np.int32)), xp.float32) == np.float64
+    assert xp.result_type(xp.asarray(np.ones(2, np.float32)), 2.0) == np.float32
+    assert xp.can_cast(xp.int32, xp.int64) and not xp.can_cast(xp.float64, xp.float32)
+    assert xp.isdtype(xp.int64, "integral") and xp.isdtype(xp.bool, "bool")
+    assert xp.isdtype(xp.float32, ("real floating", "bool")) and not xp.isdtype(xp.float32, "integral")
+    with pytest.raises(ValueError, match="unknown dtype kind"):
+        xp.isdtype(xp.float32, "quaternion")
+
+
+@pytest.mark.parametrize("args", [(0, 1, 5), (-2.5, 3.0, 7), (1, 1, 1), (0, 10, 0)])
+@pytest.mark.parametrize("endpoint", [True, False])
+def test_linspace(args, endpoint):
+    np.testing.assert_allclose(xp.linspace(*args, endpoint=endpoint).numpy(),
+                               np.linspace(*args, endpoint=endpoint), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("n, m, k", [(3, None, 0), (3, 5, 1), (4, 2, -1), (0, 3, 0)])
+def test_eye_is_one_kernel(n, m, k):
+    with xp.inspect() as rec:
+        got = xp.eye(n, m, k=k, dtype=xp.float32).numpy()
+    np.testing.assert_array_equal(got, np.eye(n, m, k=k, dtype=np.float32))
+    assert len(rec.kernels) <= 1
+
+
+@pytest.mark.parametrize("k", [-1, 0, 2])
+def test_tril_triu(k):
+    a = rand((2, 4, 5))
+    x = xp.asarray(a)
+    np.testing.assert_array_equal(xp.tril(x, k).numpy(), np.tril(a, k))
+    np.testing.assert_array_equal(xp.triu(x, k).numpy(), np.triu(a, k))
+    with pytest.raises(ValueError, match="2 dimensions"):
+        xp.tril(xp.asarray([1.0]))
+
+
+def test_flip_is_a_view():
+    a = rand((3, 4, 5))
+    x = xp.asarray(a)
+    for axis in (None, 0, -1, (0, 2)):
+        np.testing.assert_array_equal(xp.flip(x, axis=axis).numpy(), np.flip(a, axis=axis))
+    with xp.inspect() as rec:
+        xp.flip(x, axis=1)
+    assert rec.kernels == []
+
+
+def test_all_any():
+    a = rand((4, 6)) > 0
+    x = xp.asarray(a)
+    for axis in (None, 0, 1):
+        np.testing.assert_array_equal(xp.all(x, axis=axis).numpy(), np.all(a, axis=axis))
+        np.testing.assert_array_equal(xp.any(x, axis=axis).numpy(), np.any(a, axis=axis))
+    empty = xp.zeros((0, 3), dtype=xp.bool)
+    np.testing.assert_array_equal(xp.all(empty, axis=0).numpy(), np.all(np.zeros((0, 3), bool), axis=0))
+    np.testing.assert_array_equal(xp.any(empty).numpy(), False)
+    np.testing.assert_array_equal(xp.all(xp.asarray(np.arange(4))).numpy(), False)
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, (0, 1)])
+@pytest.mark.parametrize("correction", [0, 1])
+def test_var_std(axis, correction):
+    a = rand((5, 7)) * 3 + 1
+    x = xp.asarray(a)
+    np.testing.assert_allclose(xp.var(x, axis=axis, correction=correction).numpy(),
+                               np.var(a, axis=axis, ddof=correction), rtol=1e-4)
+    np.testing.assert_allclose(xp.std(x, axis=axis, correction=correction).numpy(),
+                               np.std(a, axis=axis, ddof=correction), rtol=1e-4)
+    ints = np.arange(10, dtype=np.int32)
+    np.testing.assert_allclose(xp.var(xp.asarray(ints)).numpy(), np.var(ints), rtol=1e-12)
+
+
+def test_matrix_transpose_and_vecdot():
+    a, b = rand((2, 3, 4)), rand((3, 4), seed=1)
+    x, y = xp.asarray(a), xp.asarray(b)
+    np.testing.assert_array_equal(xp.matrix_transpose(x).numpy(), np.swapaxes(a, -1, -2))
+    with xp.inspect() as rec:
+        got = xp.vecdot(x, y).numpy()
+    np.testing.assert_allclose(got, (a * b).sum(-1), rtol=1e-5)
+    assert len(rec.kernels) == 1
