@@ -78,4 +78,4 @@ def from_cl(array: cla.Array, device=None) -> Tensor:
     return Tensor._make(client, ir.id, shape, dtype, None if contiguous else strides, offset)
 
 
-__all__ = ["from_cl", "resolve", "cl"]
+__all__ = ["from_cl", "resolve"]

@@ -600,10 +600,3 @@ def getitem(x: Tensor, key: Any) -> Tensor:
             offset += (i % n) * st[dim]
         dim += 1
     return _view(x, tuple(shape), tuple(strides), offset)
-
-
-def matmul(x1: Any, x2: Any) -> Tensor:
-    """x1 @ x2 (see clients._linalg)."""
-    from ._linalg import matmul as _matmul
-
-    return _matmul(x1, x2)

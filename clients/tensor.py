@@ -179,8 +179,8 @@ class Tensor:
     def __abs__(self): return F.unary("abs", self)
     def __invert__(self): return F.unary("bitwise_invert", self)
 
-    def __matmul__(self, o): return F.matmul(self, o)
-    def __rmatmul__(self, o): return F.matmul(o, self)
+    def __matmul__(self, o): return L.matmul(self, o)
+    def __rmatmul__(self, o): return L.matmul(o, self)
 
     __hash__ = None  # type: ignore[assignment]  # == is element-wise, as in numpy
 
@@ -211,3 +211,4 @@ def _state_of(server, tid: int) -> str:
 
 
 from . import _functions as F  # noqa: E402  (functions need Tensor; methods need functions)
+from . import _linalg as L  # noqa: E402

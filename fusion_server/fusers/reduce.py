@@ -280,4 +280,4 @@ class ReducePlan:
         server.mark_ready([e.storage for e in out_entries + write_entries])
 
 
-__all__ = ["ReduceFuser", "ReducePlan", "contiguous_strides"]
+__all__ = ["ReduceFuser", "ReducePlan"]
