@@ -5,7 +5,6 @@ from __future__ import annotations
 import weakref
 
 import numpy as np
-import pyopencl as cl
 import pyopencl.array as cla
 
 from fusion_server import dtypes as dt
