@@ -272,3 +272,13 @@ def run_main(
     out = write_json((args.out or default_out_dir()) / file_name, {"environment": environment(), name: result})
     print(f"results: {out}")
     return result
+
+
+def variant_rows(result: dict, rate: str = "gb_per_s") -> list[list[Any]]:
+    """Table rows (variant, median ms, best ms, rate at the median, fused speed-up) of a
+    result with "variants" (timings and `rate`) and "ratios" (fused_vs_<variant>)."""
+    rows = []
+    for name, v in result["variants"].items():
+        r = 1.0 if name == "fused" else result["ratios"][f"fused_vs_{name}"]["of_medians"]
+        rows.append([name, ms(v["median_s"]), ms(v["min_s"]), v[rate], r])
+    return rows

@@ -290,12 +290,7 @@ HEADERS = ["variant", "median ms", "best ms", "GB/s", "fused speed-up"]
 
 
 def summary_rows(result: dict) -> list[list[Any]]:
-    """Rows (variant, median ms, best ms, GB/s at the median, fused speed-up)."""
-    rows = []
-    for name, v in result["variants"].items():
-        r = 1.0 if name == "fused" else result["ratios"][f"fused_vs_{name}"]["of_medians"]
-        rows.append([name, common.ms(v["median_s"]), common.ms(v["min_s"]), v["gb_per_s"], r])
-    return rows
+    return common.variant_rows(result)
 
 
 def report(result: dict) -> None:

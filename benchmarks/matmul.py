@@ -165,11 +165,7 @@ HEADERS = ["variant", "median ms", "best ms", "GFLOP/s", "fused speed-up"]
 
 
 def summary_rows(result: dict) -> list[list[Any]]:
-    rows = []
-    for name, v in result["variants"].items():
-        r = 1.0 if name == "fused" else result["ratios"][f"fused_vs_{name}"]["of_medians"]
-        rows.append([name, common.ms(v["median_s"]), common.ms(v["min_s"]), v["gflop_per_s"], r])
-    return rows
+    return common.variant_rows(result, rate="gflop_per_s")
 
 
 def report(result: dict) -> None:

@@ -324,3 +324,20 @@ def _take_donor(server: FusionServer, donors: list[Entry], out: Entry):
             server.counters["inplace_reuses"] += 1
             return out.storage.buffer
     return None
+
+
+def epilogue_outputs(result_id: int, epilogue: list[ElementwiseOp], needed: set[int], vmap: dict[int, int],
+                     entries: dict) -> tuple[list[int], list[Entry]]:
+    """What a reduction or matmul block writes: its result itself (value -1) when needed
+    after the block or when there is no epilogue, then every needed epilogue value."""
+    result = entries[result_id]
+    reads = sum(1 for op in epilogue for i in op.inputs if i == result_id)
+    outputs: list[int] = []
+    out_entries: list[Entry] = []
+    if result.alive or result.readers > reads or result.storage.refs > 1 or not epilogue:
+        outputs.append(-1)
+        out_entries.append(result)
+    for j in sorted(needed):
+        outputs.append(vmap[j])
+        out_entries.append(entries[epilogue[j].out.id])
+    return outputs, out_entries

@@ -15,7 +15,14 @@ from ..errors import TensorFailedError
 from ..handles import PENDING
 from ..ir import ElementwiseOp, MatmulOp, OperationIr, size_of
 from .base import LimitedFuser
-from .elementwise import INT32_LIMIT, fail_on_failed_inputs, liveness, needed_values, relative_form
+from .elementwise import (
+    INT32_LIMIT,
+    epilogue_outputs,
+    fail_on_failed_inputs,
+    liveness,
+    needed_values,
+    relative_form,
+)
 
 if TYPE_CHECKING:
     from ..server import FusionServer
@@ -89,14 +96,7 @@ class MatmulPlan:
         needed = needed_values(epi, entries) if epi else set()
         live = liveness(epi, needed) if epi else []
         trace, epi_entries, scalars, sdt, vmap = relative_form(epi, live, entries, first_inputs=(mm.out.id,))
-        outputs, out_entries = [], []
-        reads = sum(1 for op in epi for i in op.inputs if i == mm.out.id)
-        if prod.alive or prod.readers > reads or prod.storage.refs > 1 or not epi:
-            outputs.append(-1)
-            out_entries.append(prod)
-        for j in sorted(needed):
-            outputs.append(vmap[j])
-            out_entries.append(entries[epi[j].out.id])
+        outputs, out_entries = epilogue_outputs(mm.out.id, epi, needed, vmap, entries)
         if not out_entries:
             return
         if fail_on_failed_inputs(server, "matmul block", self.ops, [ea, eb, *epi_entries[1:]], out_entries):

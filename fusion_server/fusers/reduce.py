@@ -25,6 +25,7 @@ from ..ir import ElementwiseOp, OperationIr, ReduceOp, contiguous_strides, size_
 from .base import LimitedFuser
 from .elementwise import (
     INT32_LIMIT,
+    epilogue_outputs,
     fail_on_failed_inputs,
     liveness,
     needed_values,
@@ -175,15 +176,7 @@ class ReducePlan:
         epi_trace, epi_entries, epi_scalars, epi_sdt, epi_vmap = relative_form(
             epi, epi_live, entries, first_inputs=(red.out.id,)
         )
-        outputs: list[int] = []
-        out_entries = []
-        reads_of_red = sum(1 for op in epi for i in op.inputs if i == red.out.id)
-        if red_entry.alive or red_entry.readers > reads_of_red or red_entry.storage.refs > 1 or not epi:
-            outputs.append(-1)
-            out_entries.append(red_entry)
-        for j in sorted(epi_needed):
-            outputs.append(epi_vmap[j])
-            out_entries.append(entries[epi[j].out.id])
+        outputs, out_entries = epilogue_outputs(red.out.id, epi, epi_needed, epi_vmap, entries)
         if not out_entries and not write_entries:
             return
         all_ops = [*prologue, red, *epi]
