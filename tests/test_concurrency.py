@@ -214,3 +214,34 @@ def test_tensor_made_in_one_thread_is_resolved_read_and_dropped_in_another(basel
     gc.collect()
     clients.sync()
     assert clients.stats()["buffers_live"] == baseline
+
+
+def test_only_the_streams_holding_needed_work_are_flushed():
+    """Reading A's pending tensor runs A's queue; C's unrelated queue stays queued."""
+    a_ready, c_ready, done = threading.Event(), threading.Event(), threading.Event()
+    box: dict = {}
+    data = rand(64)
+
+    def make(key, ready, value):
+        box[key] = clients.exp(clients.asarray(data) * value)  # queued, not run
+        ready.set()
+        assert done.wait(TIMEOUT)
+
+    ta = threading.Thread(target=make, args=("a", a_ready, 1.0), daemon=True)
+    tc = threading.Thread(target=make, args=("c", c_ready, 2.0), daemon=True)
+    ta.start()
+    tc.start()
+    assert a_ready.wait(TIMEOUT) and c_ready.wait(TIMEOUT)
+    server = clients.client_for().server
+
+    def queued(stream_owner: threading.Thread) -> int:
+        s = server.streams.get(stream_owner.ident)
+        return len(s.queue) if s else 0
+
+    assert clients.client_for().call(lambda _: (queued(ta), queued(tc))) == (2, 2)
+    np.testing.assert_allclose(box["a"].numpy(), np.exp(data), rtol=1e-6)
+    assert clients.client_for().call(lambda _: (queued(ta), queued(tc))) == (0, 2)
+    done.set()
+    ta.join(TIMEOUT)
+    tc.join(TIMEOUT)
+    np.testing.assert_allclose(box["c"].numpy(), np.exp(data * 2), rtol=1e-6)
