@@ -31,7 +31,18 @@ class Stream:
         self.single = single  # the plan for an op that no fuser takes
 
     def register(self, op: OperationIr, server: FusionServer) -> None:
-        self.queue.append(op)
+        queue = self.queue
+        queue.append(op)
+        if self.offered == len(queue) - 1:
+            # The common case, without advance()'s loop: offer the new op, and stop here
+            # if some fuser took it.
+            self.offered += 1
+            accepted = False
+            for fuser in self.fusers:
+                if not fuser.closed and fuser.offer(op, server):
+                    accepted = True
+            if accepted:
+                return
         self.advance(server)
 
     def advance(self, server: FusionServer, flush_reason: str | None = None) -> None:
