@@ -13,7 +13,7 @@ import time
 import traceback
 from typing import Any
 
-from . import common, composites, elementwise_chain, host_cost, matmul, reductions, vectorization
+from . import common, composites, elementwise_chain, host_cost, matmul, plot, reductions, vectorization
 
 # (what, where in the results, comparison, target): the goals the numbers are held to.
 TARGETS = [
@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> dict:
         summary(results),
     )
     print(f"results: {path}")
+    picture = plot.plot(results, out_dir / f"results-{args.size}.png")
+    print(f"plot: {picture}" if picture else "plot: skipped (matplotlib is not installed)")
     return results
 
 

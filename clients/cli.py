@@ -1,7 +1,8 @@
-"""Command line: `python -m fusion_server demo | info`."""
+"""Command line: `python -m fusion_server demo | info | bench`."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -16,6 +17,27 @@ def info() -> int:
         for key, value in dev.limits.items():
             print(f"        {key:<22}{value}")
     print("(* = default device; choose another with FUSION_DEVICE=<index or name>)")
+    print(f"compiled-kernel cache (pyopencl's, kept between processes): {kernel_cache_dir()}")
+    return 0
+
+
+def kernel_cache_dir() -> str:
+    """Where pyopencl keeps built binaries (its own rule: XDG / platform cache dir)."""
+    import platformdirs
+
+    base = platformdirs.user_cache_dir("pyopencl", "pyopencl")
+    version = ".".join(str(i) for i in sys.version_info)
+    return os.path.join(base, f"pyopencl-compiler-cache-v2-py{version}")
+
+
+def bench(argv: list[str]) -> int:
+    """Run the benchmark suite (from a source checkout): a table, JSON and a plot."""
+    try:
+        from benchmarks import run
+    except ImportError:
+        print("python -m fusion_server bench runs the suite in benchmarks/: start it from the project's root")
+        return 2
+    run.main(argv)
     return 0
 
 
@@ -28,5 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         return demo(argv)
     if command == "info":
         return info()
-    print("usage: python -m fusion_server {demo,info} [options]")
+    if command == "bench":
+        return bench(argv)
+    print("usage: python -m fusion_server {demo,info,bench} [options]")
     return 0 if command in ("help", "-h", "--help") else 2

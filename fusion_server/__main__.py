@@ -1,4 +1,4 @@
-"""`python -m fusion_server demo | info`.
+"""`python -m fusion_server demo | info | bench`.
 
 The library layers never import the user API (`clients`); this entry point is the one
 exception, because the commands are programs written against that API.

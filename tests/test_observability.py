@@ -147,3 +147,21 @@ def test_dump_dir_files_match_the_kernel_names_inspect_reports(tmp_path):
     assert len(names) == 2
     for name in names:
         assert (tmp_path / f"{name}.cl").exists()
+
+
+def test_bench_command_reaches_the_benchmark_suite(capsys):
+    import pytest
+
+    from clients import cli
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["bench", "--help"])
+    assert done.value.code == 0
+    assert "--size" in capsys.readouterr().out
+
+
+def test_info_names_the_kernel_cache(capsys):
+    from clients import cli
+
+    cli.main(["info"])
+    assert "pyopencl-compiler-cache" in capsys.readouterr().out
