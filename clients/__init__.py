@@ -29,6 +29,7 @@ from ._array_api import (
     all,
     any,
     can_cast,
+    concat,
     eye,
     finfo,
     flip,
@@ -37,6 +38,7 @@ from ._array_api import (
     linspace,
     matrix_transpose,
     result_type,
+    stack,
     std,
     tril,
     triu,
@@ -120,8 +122,8 @@ def set_mode(mode: str, device: Any = None) -> None:
 
 
 __all__ = [
-    "custom", "from_cl", "matmul", "resolve", "__array_api_version__", "all", "any", "can_cast", "eye",
-    "finfo", "flip", "iinfo", "isdtype", "linspace", "matrix_transpose", "result_type", "std", "tril", "triu",
+    "custom", "from_cl", "matmul", "resolve", "__array_api_version__", "all", "any", "can_cast", "concat", "eye",
+    "finfo", "flip", "iinfo", "isdtype", "linspace", "matrix_transpose", "result_type", "stack", "std", "tril", "triu",
     "var", "vecdot", "argmax", "argmin", "max", "mean", "min", "prod", "sum",
     "Device", "DeviceError", "DeviceMemoryError", "DroppedTensorError", "FusionError",
     "ReentrancyError", "Tensor", "TensorFailedError", "arange", "asarray", "astype", "bool",

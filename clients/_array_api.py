@@ -9,6 +9,7 @@ import operator
 from typing import Any
 
 import numpy as np
+import pyopencl as cl
 
 from fusion_server import dtypes as dt
 
@@ -170,3 +171,98 @@ def matrix_transpose(x: Tensor) -> Tensor:
 def vecdot(x1: Tensor, x2: Tensor, axis: int = -1) -> Tensor:
     """Dot products along `axis`, broadcasting the rest (one fused reduction)."""
     return R.sum(x1 * x2, axis=axis)
+
+
+def _rect_copies(queue, inputs, outputs, *, axis: int) -> None:
+    """Copy each input into its slab of the output with one rectangular copy: the arrays
+    seen as (outer, length along `axis`, inner) blocks. Enqueued only, never waited on."""
+    out = outputs[0]
+    if out.size == 0:
+        return
+    itemsize = out.dtype.itemsize
+    shape = out.shape
+    outer = math.prod(shape[:axis])
+    inner = math.prod(shape[axis + 1:]) * itemsize
+    total = shape[axis]
+    at = 0
+    for piece in inputs:
+        length = piece.shape[axis]
+        if piece.size:
+            cl.enqueue_copy(
+                queue, out.base_data, piece.base_data,
+                src_origin=(piece.offset, 0, 0), dst_origin=(out.offset, at, 0),
+                region=(inner, length, outer),
+                src_pitches=(inner, inner * length), dst_pitches=(inner, inner * total),
+            )
+        at += length
+
+
+_concat_kernel = None
+
+
+def _contiguous(x: Tensor) -> Tensor:
+    """x itself when its elements are in C order (size-1 dims ignored), else a copy."""
+    expected = 1
+    for n, s in zip(reversed(x.shape), reversed(x.strides_elements)):
+        if n == 1:
+            continue
+        if s != expected:
+            return F.unary("copy", x)
+        expected *= n
+    return x
+
+
+def concat(arrays: Any, axis: int | None = 0) -> Tensor:
+    """The tensors joined along `axis` (None: flattened first), numpy's promotion.
+
+    One rectangular device copy per input into the result; inputs that are not in C
+    order are copied into it first.
+    """
+    from . import custom
+
+    global _concat_kernel
+    arrays = list(arrays)
+    if not arrays:
+        raise ValueError("concat needs at least one tensor")
+    client = F._client_of(arrays)
+    ts = [a if type(a) is Tensor else F._as_tensor(a, client) for a in arrays]
+    if axis is None:
+        ts = [F.reshape(t, (-1,)) for t in ts]
+        axis = 0
+    ndim = ts[0].ndim
+    if ndim == 0:
+        raise ValueError("zero-dimensional tensors cannot be concatenated")
+    for t in ts[1:]:
+        if t.ndim != ndim:
+            raise ValueError(f"concat: all tensors need {ndim} dimensions, got one with {t.ndim}")
+    axis = F._axis(axis, ndim)
+    for t in ts[1:]:
+        if t.shape[:axis] + t.shape[axis + 1:] != ts[0].shape[:axis] + ts[0].shape[axis + 1:]:
+            raise ValueError(f"concat along axis {axis}: shapes {ts[0].shape} and {t.shape} differ elsewhere")
+    dtype = result_type(*ts)
+    ts = [_contiguous(t if t.dtype == dtype else F.astype(t, dtype)) for t in ts]
+    if _concat_kernel is None:
+        _concat_kernel = custom.kernel(
+            "concat", _rect_copies,
+            outputs=lambda *specs, axis: [(
+                specs[0].shape[:axis] + (builtins.sum(s.shape[axis] for s in specs),) + specs[0].shape[axis + 1:],
+                specs[0].dtype,
+            )],
+        )
+    return _concat_kernel(*ts, axis=axis)
+
+
+def stack(arrays: Any, axis: int = 0) -> Tensor:
+    """The tensors (all of one shape) stacked along a new axis."""
+    arrays = list(arrays)
+    if not arrays:
+        raise ValueError("stack needs at least one tensor")
+    client = F._client_of(arrays)
+    ts = [a if type(a) is Tensor else F._as_tensor(a, client) for a in arrays]
+    for t in ts[1:]:
+        if t.shape != ts[0].shape:
+            raise ValueError(f"stack: all tensors need one shape, got {ts[0].shape} and {t.shape}")
+    ndim = ts[0].ndim + 1
+    if not -ndim <= axis < ndim:
+        raise IndexError(f"axis {axis} is out of range for {ndim} dimensions")
+    return concat([F.expand_dims(t, axis % ndim) for t in ts], axis=axis % ndim)

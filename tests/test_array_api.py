@@ -98,3 +98,43 @@ def test_matrix_transpose_and_vecdot():
         got = xp.vecdot(x, y).numpy()
     np.testing.assert_allclose(got, (a * b).sum(-1), rtol=1e-5)
     assert len(rec.kernels) == 1
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1, None])
+def test_concat_against_numpy(axis):
+    a, b = rand((2, 3, 4), seed=1), rand((2, 3, 4), seed=2)
+    got = xp.concat([xp.asarray(a), xp.asarray(b) * 2.0], axis=axis).numpy()
+    np.testing.assert_array_equal(got, np.concatenate([a, b * np.float32(2)], axis=axis))
+
+
+def test_concat_of_views_mixed_dtypes_and_empty_pieces():
+    a = rand((4, 5))
+    x = xp.asarray(a)
+    ints = np.arange(8, dtype=np.int32).reshape(4, 2)
+    empty = np.zeros((4, 0), np.float32)
+    got = xp.concat([x.T[::2].T, xp.asarray(ints), xp.asarray(empty), x[:, 1:]], axis=1)
+    want = np.concatenate([a.T[::2].T, ints, empty, a[:, 1:]], axis=1)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.numpy(), want)
+    # The result fuses into what follows like any tensor.
+    np.testing.assert_allclose((got * 2.0 + 1.0).numpy(), want * 2 + 1, rtol=1e-12)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_stack_against_numpy(axis):
+    arrays = [rand((3, 4), seed=s) for s in range(3)]
+    got = xp.stack([xp.asarray(a) for a in arrays], axis=axis).numpy()
+    np.testing.assert_array_equal(got, np.stack(arrays, axis=axis))
+
+
+def test_concat_and_stack_errors():
+    a, b = xp.asarray(rand((2, 3))), xp.asarray(rand((3, 3)))
+    with pytest.raises(ValueError, match="differ elsewhere"):
+        xp.concat([a, b], axis=1)
+    with pytest.raises(ValueError, match="dimensions"):
+        xp.concat([a, xp.asarray(rand(3))])
+    with pytest.raises(ValueError, match="at least one"):
+        xp.concat([])
+    with pytest.raises(ValueError, match="one shape"):
+        xp.stack([a, b])
+    np.testing.assert_array_equal(xp.concat([a, b]).numpy(), np.concatenate([a.numpy(), b.numpy()]))
