@@ -193,6 +193,21 @@ def _result_dtype(spec: ReduceSpec) -> np.dtype:
     return dt.int64 if spec.kind in ("argmax", "argmin") else spec.acc
 
 
+def _base_and_strides(spec: ReduceSpec, src: list[str], base: str, start: str, strides: str, pos: int) -> int:
+    """Declare `base` (where output element o's row starts: `start` plus the kept
+    coordinates times the kept strides) and the reduced strides `strides`_d, read from
+    `meta` at `pos`; returns the next position."""
+    kept = []
+    for d in range(spec.kept_rank):
+        kept.append(f"kc{d} * (IDX)meta[{pos}]")
+        pos += 1
+    src.append(f"  const IDX {base} = {' + '.join([start] + kept)};")
+    for d in range(spec.red_rank):
+        src.append(f"  const IDX {strides}_{d} = (IDX)meta[{pos}];")
+        pos += 1
+    return pos
+
+
 def generate(spec: ReduceSpec) -> tuple[str, str]:
     """(source, kernel name) for `spec`."""
     name = kernel_name(spec)
@@ -244,24 +259,9 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
         src.append("  const IDX kc0 = krem;")
     for k in range(len(pro.inputs)):
         src.append(f"  const IDX O{k} = (IDX)meta[{pos}];")
-        pos += 1
-        kept = []
-        for d in range(spec.kept_rank):
-            kept.append(f"kc{d} * (IDX)meta[{pos}]")
-            pos += 1
-        src.append(f"  const IDX b{k} = {' + '.join([f'O{k}'] + kept)};")
-        for d in range(spec.red_rank):
-            src.append(f"  const IDX R{k}_{d} = (IDX)meta[{pos}];")
-            pos += 1
+        pos = _base_and_strides(spec, src, f"b{k}", f"O{k}", f"R{k}", pos + 1)
     for m in range(len(spec.writes)):
-        kept = []
-        for d in range(spec.kept_rank):
-            kept.append(f"kc{d} * (IDX)meta[{pos}]")
-            pos += 1
-        src.append(f"  const IDX bw{m} = {' + '.join(['0'] + kept)};")
-        for d in range(spec.red_rank):
-            src.append(f"  const IDX RW{m}_{d} = (IDX)meta[{pos}];")
-            pos += 1
+        pos = _base_and_strides(spec, src, f"bw{m}", "0", f"RW{m}", pos)
     decls, pos = ep.declarations(epi, spec.out_rank, pos)
     src += decls
     acc_t = dt.CL_NAME[spec.acc]
