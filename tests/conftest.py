@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
 from contextlib import contextmanager
 
 import numpy as np
@@ -57,3 +60,9 @@ def server_settings(**settings):
 def rand(shape, dtype=np.float32, seed=0):
     rng = np.random.default_rng(seed)
     return rng.standard_normal(shape).astype(dtype)
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    """`code` in a new interpreter with extra environment variables (settings read at start)."""
+    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=240)

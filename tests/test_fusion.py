@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 import clients
-from tests.conftest import rand, server_settings, settle
+from tests.conftest import rand, run_python, server_settings, settle
 
 
 def chain10(x, y):
@@ -129,8 +126,7 @@ def test_binding_limit_from_environment():
         "assert (v == sum(range(30))).all(), v\n"
         "print(max(k.bindings for k in rec.kernels), len(rec.kernels))\n"
     )
-    env = {**__import__("os").environ, "FUSION_MAX_BINDINGS": "8"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
+    out = run_python(code, FUSION_MAX_BINDINGS="8")
     assert out.returncode == 0, out.stderr
     most, count = map(int, out.stdout.split())
     assert most <= 8 and count > 1

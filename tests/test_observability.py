@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import pathlib
 import re
 import subprocess
@@ -12,7 +11,7 @@ import sys
 import numpy as np
 
 import clients
-from tests.conftest import rand, server_settings
+from tests.conftest import rand, run_python, server_settings
 
 
 def test_stats_has_the_contract_keys():
@@ -55,8 +54,7 @@ def test_dump_dir_receives_every_generated_kernel(tmp_path):
         "x = clients.asarray(np.arange(8, dtype=np.float32))\n"
         "(clients.log1p(x) * 2.5).numpy()\n"
     )
-    env = {**os.environ, "FUSION_DUMP_DIR": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
+    done = run_python(code, FUSION_DUMP_DIR=str(tmp_path))
     assert done.returncode == 0, done.stderr
     files = list(tmp_path.glob("*.cl"))
     assert len(files) == 1
@@ -140,8 +138,7 @@ def test_dump_dir_files_match_the_kernel_names_inspect_reports(tmp_path):
         "    (x @ x.T).numpy()\n"
         "print(' '.join(k.name for k in rec.kernels))\n"
     )
-    env = {**os.environ, "FUSION_DUMP_DIR": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
+    done = run_python(code, FUSION_DUMP_DIR=str(tmp_path))
     assert done.returncode == 0, done.stderr
     names = done.stdout.split()
     assert len(names) == 2
