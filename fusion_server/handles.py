@@ -119,7 +119,10 @@ class HandleContainer:
             return
         if self.entries.get(entry.ir.id) is entry:
             del self.entries[entry.ir.id]
-            self.unref(entry.storage)
+            storage = entry.storage  # unref(), inlined: this runs for every dead value
+            storage.refs -= 1
+            if storage.refs <= 0 and storage.pins <= 0 and storage.nbytes >= 0:
+                self.release_if_unused(storage)
 
     def unref(self, storage: Storage) -> None:
         storage.refs -= 1

@@ -36,6 +36,7 @@ from .ir import (
     outputs_of,
     tensor_inputs,
 )
+from .plans import PlanRejected, PlanStore
 from .runtime import DeviceInfo, DeviceRuntime
 from .stream import Stream
 
@@ -135,6 +136,9 @@ class FusionServer:
         if self.vector_width not in (1, 2, 4, 8, 16):
             raise FusionError(f"FUSION_VECTOR_WIDTH={self.vector_width}: expected 1, 2, 4, 8 or 16")
         self.fuser_factories: list[Callable[[FusionServer], Fuser]] = []
+        # Stored decisions of the fusers, per fuser configuration (see plans.py).
+        self.plan_stores: dict[tuple, PlanStore] = {}
+        self.plan_store_enabled = os.environ.get("FUSION_PLAN_STORE", "1").strip() != "0"
         self._thread_marks = threading.local()
         self.ended_streams: deque[int] = deque()  # filled by _ThreadEndMark, without the lock
         self.recorders: list[Recorder] = []
@@ -144,6 +148,8 @@ class FusionServer:
             "kernels_launched": 0,
             "inplace_reuses": 0,
             "plan_hits": 0,
+            "plan_misses": 0,
+            "explorations": 0,
             "blocks": 0,
             "uploads": 0,
             "reads": 0,
@@ -171,11 +177,23 @@ class FusionServer:
             return MatmulPlan(op, [])
         raise FusionError(f"no plan can run {type(op).__name__}")
 
+    def _plan_store(self) -> PlanStore | None:
+        """The store for streams made now: one per fuser configuration. Streams with custom
+        fusers always explore: a custom fuser may decide on anything, scalar values say,
+        which the relative form leaves out."""
+        if self.fuser_factories or not self.plan_store_enabled:
+            return None
+        key = (self.mode, self.max_bindings, self.max_ops)
+        store = self.plan_stores.get(key)
+        if store is None:
+            store = self.plan_stores[key] = PlanStore()
+        return store
+
     def stream(self, stream_id: int) -> Stream:
         """The calling thread's stream (`stream_id` is its thread id)."""
         s = self.streams.get(stream_id)
         if s is None:
-            s = self.streams[stream_id] = Stream(stream_id, self._make_fusers(), self._single)
+            s = self.streams[stream_id] = Stream(stream_id, self._make_fusers(), self._single, self._plan_store())
             if getattr(self._thread_marks, "mark", None) is None:
                 self._thread_marks.mark = _ThreadEndMark(self.ended_streams, stream_id)
         return s
@@ -253,8 +271,8 @@ class FusionServer:
         """Execute a plan, then retire its ops. NeedsCompile passes through untouched."""
         try:
             plan.execute(self)
-        except NeedsCompile:
-            raise  # nothing has changed: the caller builds the kernel and resumes
+        except (NeedsCompile, PlanRejected):
+            raise  # nothing has changed: the caller builds the kernel and resumes, or explores
         except Exception as exc:  # whatever failed, only this block's outputs carry it
             log.debug("block failed: %r", exc)
             err = exc if isinstance(exc, FusionError) else TensorFailedError(
@@ -275,14 +293,15 @@ class FusionServer:
         entries = self.handles.entries
         release = self.handles.maybe_release
         for op in ops:
-            for tid in op.inputs if type(op) is ElementwiseOp else tensor_inputs(op):
+            elementwise = type(op) is ElementwiseOp
+            for tid in op.inputs if elementwise else tensor_inputs(op):
                 if type(tid) is int:
                     e = entries.get(tid)
                     if e is not None:
                         e.readers -= 1
                         if not e.alive and not e.readers:
                             release(e)
-            for out in outputs_of(op):
+            for out in (op.out,) if elementwise else outputs_of(op):
                 e = entries.get(out.id)
                 if e is None:
                     continue
@@ -427,6 +446,7 @@ class FusionServer:
             **self.counters,
             "compiles": progs.compiles,
             "compile_seconds": round(progs.compile_seconds, 4),
+            "plans_stored": sum(store.stored for store in self.plan_stores.values()),
             "buffers_live": pool.live,
             "bytes_live": pool.live_bytes,
             "peak_bytes_live": pool.peak_live_bytes,

@@ -7,7 +7,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .fusers.base import Fuser, Plan
+from .fusers.elementwise import ElementwiseFuser, ElementwisePlan
 from .ir import OperationIr
+from .plans import FLUSH, BlockSigner, Decision, PlanNode, PlanRejected, PlanStore
 
 if TYPE_CHECKING:
     from .server import FusionServer
@@ -18,22 +20,40 @@ log = logging.getLogger("fusion_server")
 class Stream:
     """Ops of one thread, in order; blocks run as soon as every fuser has closed.
 
-    `queue` holds every op not yet run; the fusers have seen its first `offered` ops.
-    Running a block can stop with NeedsCompile before anything changes; `advance` picks
-    up from exactly that state once the kernel is built.
+    `queue` holds every op not yet run. Either the stream follows its plan store
+    (`node` is set: the queue is a stored sequence so far, and no fuser has seen it) or
+    its fusers explore (they have seen the first `offered` ops). Running a block can stop
+    with NeedsCompile before anything changes; `advance` picks up from exactly that state
+    once the kernel is built.
     """
 
-    def __init__(self, stream_id: int, fusers: list[Fuser], single: Callable[[OperationIr], Plan]):
+    def __init__(self, stream_id: int, fusers: list[Fuser], single: Callable[[OperationIr], Plan],
+                 store: PlanStore | None = None):
         self.id = stream_id
         self.queue: list[OperationIr] = []
         self.offered = 0
         self.fusers = fusers
         self.single = single  # the plan for an op that no fuser takes
+        self.store = store  # None: always explore
+        self.node: PlanNode | None = store.root if store is not None else None
+        self.signer: BlockSigner | None = None
 
     def register(self, op: OperationIr, server: FusionServer) -> None:
         queue = self.queue
         queue.append(op)
-        if self.offered == len(queue) - 1:
+        node = self.node
+        if node is not None:  # following the store: no fuser sees the op
+            signer = self.signer
+            if signer is None:
+                signer = self.signer = BlockSigner(server.handles.entries)
+            child = node.children.get(signer.sign(op))
+            if child is not None:
+                self.node = child
+                if child.decision is not None:
+                    self.advance(server)  # replays the decision
+                return
+            self._explore(server)  # diverged: the fusers see the queue from its start
+        elif self.offered == len(queue) - 1:
             # The common case, without advance()'s loop: offer the new op, and stop here
             # if some fuser took it.
             self.offered += 1
@@ -48,15 +68,26 @@ class Stream:
     def advance(self, server: FusionServer, flush_reason: str | None = None) -> None:
         """Offer unseen ops, run blocks whose fusers have all closed; with a reason, run all."""
         fusers = self.fusers
-        queue = self.queue
         while True:
+            queue = self.queue
+            node = self.node
+            if node is not None:
+                if node.decision is None and flush_reason and queue:
+                    node = node.children.get(FLUSH)
+                    if node is None:
+                        self._explore(server)
+                        continue
+                    self.node = node
+                if node.decision is not None:
+                    self._replay(server, node)
+                    continue
+                return
             if self.offered:
                 for fuser in fusers:
                     if not fuser.closed:
                         break
                 else:  # every fuser has closed: run the best block
                     self._run_best(server, flush_reason or "no fuser takes the next op")
-                    queue = self.queue
                     continue
             if self.offered < len(queue):
                 op = queue[self.offered]
@@ -77,20 +108,82 @@ class Stream:
         """Run everything queued."""
         self.advance(server, why)
 
+    # -- exploring ---------------------------------------------------------------------
+    def _explore(self, server: FusionServer) -> None:
+        """Stop following the store: the fusers see the queue from its start."""
+        self.node = None
+        self.signer = None
+        self.offered = 0
+        server.counters["plan_misses"] += 1
+
     def _run_best(self, server: FusionServer, why: str) -> None:
         best = max(self.fusers, key=lambda f: f.score(), default=None)
         if best is not None and best.score() > 0:
             plan = best.finish(server)
             reason = best.close_reason or why
             chosen = best.name
+            decision = Decision(self.fusers.index(best), len(plan.ops), reason)
         else:
             plan = self.single(self.queue[0])
             reason = why
             chosen = "none (runs alone)"
+            decision = Decision(-1, 1, reason)
         if server.recorders:  # for inspect()'s explanation: who took the block, and why it ended
             scores = ", ".join(f"{f.name} {f.score()}" for f in self.fusers)
             server.block_note = f"fuser {chosen} (scores: {scores}); closed: {reason}"
+        path = self._path(server, decision.count) if self.store is not None else None
         server.run_plan(plan)  # may raise NeedsCompile: then nothing here has changed
+        server.counters["explorations"] += 1
+        if path is not None:
+            self.store.store(path, decision)
+        self._ran(server, plan, reason)
+
+    def _path(self, server: FusionServer, count: int) -> list[tuple] | None:
+        """The signatures of the block's ops and of what ended it; None if one has none."""
+        signer = BlockSigner(server.handles.entries)
+        path = []
+        for op in self.queue[:count + 1]:
+            sig = signer.sign(op)
+            if sig is None:
+                return None
+            path.append(sig)
+        if len(self.queue) == count:
+            path.append(FLUSH)
+        return path
+
+    # -- following the store -----------------------------------------------------------
+    def _replay(self, server: FusionServer, node: PlanNode) -> None:
+        """Run the first ops of the queue as the store says, without exploring."""
+        decision = node.decision
+        ops = self.queue[:decision.count]
+        if decision.fuser < 0:
+            plan = self.single(ops[0])
+        else:
+            fuser = self.fusers[decision.fuser]
+            if type(fuser) is ElementwiseFuser:
+                plan = ElementwisePlan(ops, ops[0].out.shape, fuser.max_bindings, replayed=True, cache=node.cache)
+            else:  # the fuser checks each op again (its rules look at more than shapes)
+                fuser.reset()
+                if not all(fuser.offer(op, server) for op in ops) or fuser.score() != len(ops):
+                    fuser.reset()
+                    self._explore(server)
+                    return
+                plan = fuser.finish(server)
+                fuser.reset()
+        reason = f"{decision.reason} (plan store)"
+        if server.recorders:
+            name = self.fusers[decision.fuser].name if decision.fuser >= 0 else "none (runs alone)"
+            server.block_note = f"fuser {name} (from the plan store); closed: {reason}"
+        try:
+            server.run_plan(plan)  # may raise NeedsCompile: then nothing here has changed
+        except PlanRejected:
+            self._explore(server)
+            return
+        server.counters["plan_hits"] += 1
+        self._ran(server, plan, reason)
+
+    def _ran(self, server: FusionServer, plan: Plan, reason: str) -> None:
+        """The block ran: drop its ops, and follow the store again if the rest matches."""
         count = len(plan.ops)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
@@ -101,3 +194,18 @@ class Stream:
         self.offered = 0
         for fuser in self.fusers:
             fuser.reset()
+        self.node = None
+        self.signer = None
+        if self.store is not None:
+            self._follow(server)
+
+    def _follow(self, server: FusionServer) -> None:
+        """Follow the store from its root if the queue so far is a stored sequence."""
+        node = self.store.root
+        signer = BlockSigner(server.handles.entries)
+        for op in self.queue:
+            node = node.children.get(signer.sign(op))
+            if node is None or node.decision is not None:
+                return  # explore: advance() offers the queue to the fusers
+        self.node = node
+        self.signer = signer

@@ -20,6 +20,7 @@ from ..compiling import NeedsCompile
 from ..errors import TensorFailedError
 from ..handles import FAILED, PENDING, Entry
 from ..ir import ElementwiseOp, OperationIr, size_of
+from ..plans import PlanRejected
 from .base import LimitedFuser
 
 if TYPE_CHECKING:
@@ -115,26 +116,46 @@ class ElementwiseFuser(LimitedFuser):
 
 
 class ElementwisePlan:
-    """One fused kernel over a block of element-wise ops."""
+    """One fused kernel over a block of element-wise ops.
+
+    `cache` is the plan-store node's dict when the block recurs: what the block's
+    structure alone decides (which ops run, the trace, where inputs and scalars sit
+    among the operands, the built kernel per layout) is derived once and reused.
+    """
 
     kind = "elementwise"
 
-    def __init__(self, ops: list[ElementwiseOp], shape: tuple[int, ...], max_bindings: int):
+    def __init__(self, ops: list[ElementwiseOp], shape: tuple[int, ...], max_bindings: int, replayed: bool = False,
+                 cache: dict | None = None):
         self.ops = ops
         self.shape = shape
         self.max_bindings = max_bindings
+        self.replayed = replayed  # from the plan store: no fuser has checked the limits
+        self.cache = cache
+
+    def _recipe(self, entries: dict) -> _Recipe:
+        ops, cache = self.ops, self.cache
+        if cache is None:
+            return _Recipe(ops, needed_values(ops, entries))
+        reads = cache.get("reads")
+        if reads is None:
+            reads = cache["reads"] = inblock_reads(ops)
+        needed = needed_values(ops, entries, reads)
+        key = tuple(sorted(needed))
+        recipe = cache.get(key)
+        if recipe is None:
+            recipe = cache[key] = _Recipe(ops, needed)
+        return recipe
 
     def execute(self, server: FusionServer) -> None:
         ops = self.ops
         entries = server.handles.entries
-        needed = needed_values(ops, entries)
-        live = liveness(ops, needed)
-        if not any(live):
+        recipe = self._recipe(entries)
+        if not recipe.trace:
             return
-        live_ops = [op for j, op in enumerate(ops) if live[j]]
-        out_entries = [entries[ops[j].out.id] for j in sorted(needed)]
-        trace, in_entries, scalars, scalar_dtypes, vmap = relative_form(ops, live, entries)
-        if fail_on_failed_inputs(server, "element-wise block", live_ops, in_entries, out_entries):
+        in_entries, scalars = bind_slots(ops, recipe.in_slots, recipe.scalar_slots, entries)
+        out_entries = [entries[ops[j].out.id] for j in recipe.needed]
+        if fail_on_failed_inputs(server, "element-wise block", recipe.live_ops, in_entries, out_entries):
             return
 
         shape = self.shape
@@ -153,9 +174,7 @@ class ElementwisePlan:
         rank = 0
         dims: tuple[int, ...] = ()
         layouts = [(e.offset, ()) for e in in_entries]
-        width = server.vector_width
-        if any(needs_scalar_code(t.name, t.compute) or t.expr in SCALAR_EXPRS for t in trace):
-            width = 1
+        width = 1 if recipe.scalar_code else server.vector_width
         if strided:
             dims, sets = collapse(shape, [strides_of[k] for k in strided])
             rank = len(dims)
@@ -172,29 +191,36 @@ class ElementwisePlan:
         index = "int"
         if n > INT32_LIMIT or any(e.storage.nbytes // e.ir.dtype.itemsize > INT32_LIMIT for e in in_entries):
             index = "long"
-        spec = cg.KernelSpec(
-            ops=tuple(trace),
-            inputs=tuple((e.ir.dtype, c) for e, c in zip(in_entries, classes)),
-            scalars=tuple(scalar_dtypes),
-            outputs=tuple(vmap[j] for j in sorted(needed)),
-            width=width,
-            index=index,
-            rank=rank,
-        )
-        bindings = 1 + int(cg.has_metadata(spec)) + len(spec.outputs) + len(in_entries) + len(scalars)
-        try:
-            if bindings > self.max_bindings and len(live_ops) > 1:
-                raise RuntimeError(f"needs {bindings} bindings, over the limit of {self.max_bindings}")
-            kernel = server.kernel_for(spec)
-        except NeedsCompile:
-            raise  # nothing has changed yet: built outside the lock, then this runs again
-        except Exception as exc:  # a compiler error fails this block only (invariant 6)
-            err = TensorFailedError(
-                f"element-wise block ({', '.join(op.name for op in live_ops)}) failed to build: {exc}"
+        key = (tuple(classes), width, index, rank)
+        built = recipe.kernels.get(key)
+        if built is None:
+            spec = cg.KernelSpec(
+                ops=recipe.trace,
+                inputs=tuple((e.ir.dtype, c) for e, c in zip(in_entries, classes)),
+                scalars=recipe.scalar_dtypes,
+                outputs=recipe.outputs,
+                width=width,
+                index=index,
+                rank=rank,
             )
-            err.__cause__ = exc
-            server.fail_storages([e.storage for e in out_entries], err)
-            return
+            bindings = 1 + int(cg.has_metadata(spec)) + len(spec.outputs) + len(in_entries) + len(scalars)
+            try:
+                if bindings > self.max_bindings and len(recipe.live_ops) > 1:
+                    if self.replayed:  # more values alive than when it was stored: explore instead
+                        raise PlanRejected(f"needs {bindings} bindings, over the limit of {self.max_bindings}")
+                    raise RuntimeError(f"needs {bindings} bindings, over the limit of {self.max_bindings}")
+                built = (spec, server.kernel_for(spec), bindings)
+            except (NeedsCompile, PlanRejected):
+                raise  # nothing has changed yet: built outside the lock, then this runs again
+            except Exception as exc:  # a compiler error fails this block only (invariant 6)
+                err = TensorFailedError(
+                    f"element-wise block ({', '.join(recipe.names)}) failed to build: {exc}"
+                )
+                err.__cause__ = exc
+                server.fail_storages([e.storage for e in out_entries], err)
+                return
+            recipe.kernels[key] = built
+        spec, kernel, bindings = built
         in_buffers = [e.storage.buffer for e in in_entries]  # before any is donated
         if None in in_buffers:  # a bug, never a crash on the device: fail the block instead
             raise RuntimeError("an input of the block has no buffer")
@@ -211,28 +237,58 @@ class ElementwisePlan:
             args.extend(out_buffers)
             args.extend(in_buffers)
             args.extend(scalars)
-            server.launch(kernel, (n + width - 1) // width, args, "elementwise",
-                          [op.name for op in live_ops], bindings)
+            server.launch(kernel, (n + width - 1) // width, args, "elementwise", recipe.names, bindings)
         server.mark_ready([e.storage for e in out_entries])
+
+
+class _Recipe:
+    """What a block's structure and its set of needed values decide, whatever the ids,
+    sizes and scalar values: the ops that run, the trace, the operand slots of inputs and
+    scalars, the values written, and the kernels built for it per layout."""
+
+    __slots__ = ("needed", "live_ops", "names", "trace", "in_slots", "scalar_slots", "scalar_dtypes",
+                 "outputs", "scalar_code", "kernels")
+
+    def __init__(self, ops: list[ElementwiseOp], needed: set[int]):
+        live = liveness(ops, needed)
+        self.needed = sorted(needed)
+        self.live_ops = [op for j, op in enumerate(ops) if live[j]]
+        self.names = [op.name for op in self.live_ops]
+        trace, self.in_slots, self.scalar_slots, scalar_dtypes, vmap = relative_slots(ops, live)
+        self.trace = tuple(trace)
+        self.scalar_dtypes = tuple(scalar_dtypes)
+        self.outputs = tuple(vmap[j] for j in self.needed)
+        self.scalar_code = any(needs_scalar_code(t.name, t.compute) or t.expr in SCALAR_EXPRS for t in trace)
+        self.kernels: dict[tuple, tuple] = {}
 
 
 def spec_index_value(index: str, n: int) -> np.integer:
     return np.int32(n) if index == "int" else np.int64(n)
 
 
-def needed_values(ops: list[ElementwiseOp], entries: dict) -> set[int]:
-    """Positions of the ops whose value must be written: a live handle, a reader after
-    the block, a view of it, or a pin."""
-    inblock: dict[int, int] = {}
+def inblock_reads(ops: list[ElementwiseOp]) -> list[int]:
+    """For each op, how many ops of the block read its value."""
+    produced = {op.out.id: j for j, op in enumerate(ops)}
+    reads = [0] * len(ops)
     for op in ops:
         for operand in op.inputs:
             if type(operand) is int:
-                inblock[operand] = inblock.get(operand, 0) + 1
+                j = produced.get(operand)
+                if j is not None:
+                    reads[j] += 1
+    return reads
+
+
+def needed_values(ops: list[ElementwiseOp], entries: dict, reads: list[int] | None = None) -> set[int]:
+    """Positions of the ops whose value must be written: a live handle, a reader after
+    the block, a view of it, or a pin. `reads`: inblock_reads(ops), if known."""
+    if reads is None:
+        reads = inblock_reads(ops)
     needed: set[int] = set()
     for j, op in enumerate(ops):
         e = entries[op.out.id]
         st = e.storage
-        if e.alive or e.readers > inblock.get(op.out.id, 0) or st.refs > 1 or st.pins:
+        if e.alive or e.readers > reads[j] or st.refs > 1 or st.pins:
             needed.add(j)
     return needed
 
@@ -251,14 +307,15 @@ def liveness(ops: list[ElementwiseOp], needed: set[int]) -> list[bool]:
     return live
 
 
-def relative_form(ops: list[ElementwiseOp], live: list[bool], entries: dict, first_inputs: tuple = ()):
+def relative_slots(ops: list[ElementwiseOp], live: list[bool], first_inputs: tuple = ()):
     """The live ops as TraceOps: inputs numbered by first use (after `first_inputs`),
-    scalars by position, values by op. Returns (trace, input entries, scalar values,
-    scalar dtypes, op position -> value index)."""
+    scalars by position, values by op. Returns (trace, input slots, scalar slots, scalar
+    dtypes, op position -> value index); a slot (j, s) is operand s of op j, so that the
+    same structure binds the tensors and scalars of any block like this one."""
     produced = {op.out.id: j for j, op in enumerate(ops)}
     in_pos: dict[int, int] = {tid: k for k, tid in enumerate(first_inputs)}
-    in_entries: list[Entry] = [entries[tid] for tid in first_inputs]
-    scalars: list = []
+    in_slots: list[tuple[int, int]] = []
+    scalar_slots: list[tuple[int, int]] = []
     scalar_dtypes: list = []
     vmap: dict[int, int] = {}
     trace: list[cg.TraceOp] = []
@@ -266,23 +323,36 @@ def relative_form(ops: list[ElementwiseOp], live: list[bool], entries: dict, fir
         if not live[j]:
             continue
         args = []
-        for operand in op.inputs:
+        for s, operand in enumerate(op.inputs):
             if type(operand) is int:
                 if operand in produced:
                     args.append(("v", vmap[produced[operand]]))
                     continue
                 k = in_pos.get(operand)
                 if k is None:
-                    k = in_pos[operand] = len(in_entries)
-                    in_entries.append(entries[operand])
+                    k = in_pos[operand] = len(in_pos)
+                    in_slots.append((j, s))
                 args.append(("i", k))
             else:
-                args.append(("s", len(scalars)))
-                scalars.append(operand.value)
+                args.append(("s", len(scalar_slots)))
+                scalar_slots.append((j, s))
                 scalar_dtypes.append(operand.dtype)
         vmap[j] = len(trace)
         trace.append(cg.TraceOp(op.name, op.compute, op.out.dtype, tuple(args), op.expr, op.params))
-    return trace, in_entries, scalars, scalar_dtypes, vmap
+    return trace, in_slots, scalar_slots, scalar_dtypes, vmap
+
+
+def bind_slots(ops: list[ElementwiseOp], in_slots: list, scalar_slots: list, entries: dict) -> tuple[list, list]:
+    """The input entries and scalar values that `relative_slots`' slots name in `ops`."""
+    return ([entries[ops[j].inputs[s]] for j, s in in_slots], [ops[j].inputs[s].value for j, s in scalar_slots])
+
+
+def relative_form(ops: list[ElementwiseOp], live: list[bool], entries: dict, first_inputs: tuple = ()):
+    """`relative_slots`, bound: (trace, input entries (`first_inputs` first), scalar
+    values, scalar dtypes, op position -> value index)."""
+    trace, in_slots, scalar_slots, scalar_dtypes, vmap = relative_slots(ops, live, first_inputs)
+    in_entries, scalars = bind_slots(ops, in_slots, scalar_slots, entries)
+    return trace, [entries[tid] for tid in first_inputs] + in_entries, scalars, scalar_dtypes, vmap
 
 
 def fail_on_failed_inputs(server: FusionServer, what: str, ops: list, in_entries: list, out_entries: list) -> bool:

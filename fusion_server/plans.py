@@ -1,0 +1,149 @@
+"""The plan store: how the fusers cut a sequence of ops, remembered in relative form.
+
+Users run the same graph again and again (a training step, a request handler, a
+simulation tick). The first time, the fusers explore: every op is offered to each of
+them and the best block wins. The decision is stored under the block's ops in relative
+form, followed by the op (or the flush) that ended the block:
+
+- tensor ids are renumbered: a value computed in the block by the position of its op,
+  a tensor from outside by order of first use (with its dtype, its layout class and
+  whether it is still being computed);
+- sizes are renumbered by first appearance (0 and 1 stay, as broadcasting needs them);
+- scalar values are replaced by their dtypes.
+
+The next time a stream sees the same sequence, with other ids, other scalar values and
+other sizes of the same pattern, it follows the store op by op without offering anything
+to the fusers, and when the ending op arrives it runs the stored decision. A sequence
+that stops matching half-way is offered to the fusers from its start, as if the store
+were empty, and what they decide is stored too.
+
+A decision depends on something the relative form leaves out in one case: which values
+are still alive decides how many a block must write, and so whether it fits the binding
+limit. A replayed element-wise plan checks its bindings before it changes anything and
+raises PlanRejected when they do not fit; the stream then explores instead.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .handles import PENDING
+from .ir import ElementwiseOp, MatmulOp, OperationIr, ReduceOp
+
+# What ended a block when no op did: a flush (a read, a sync, a thread's end).
+FLUSH = ("flush",)
+# The store forgets everything when it grows past this many nodes (work that never
+# recurs would otherwise grow it without bound).
+MAX_NODES = 200_000
+
+
+class PlanRejected(Exception):  # noqa: N818  (a signal, not an error)
+    """Raised by a replayed plan, before it changes anything, when it does not fit now."""
+
+
+class Decision(NamedTuple):
+    """How a stored sequence was cut: the first `count` ops, by fuser number `fuser`
+    (its place in the stream's fuser list; -1: the op runs alone), and why it closed."""
+
+    fuser: int
+    count: int
+    reason: str
+
+
+class PlanNode:
+    """One step of a stored sequence: the ops that may follow, or the decision to run."""
+
+    __slots__ = ("children", "decision", "cache")
+
+    def __init__(self) -> None:
+        self.children: dict[tuple, PlanNode] = {}
+        self.decision: Decision | None = None
+        # What the plan that runs here may keep between runs (built kernels, say).
+        self.cache: dict = {}
+
+
+class PlanStore:
+    """A trie of op signatures; the nodes at the ends of sequences hold decisions."""
+
+    def __init__(self) -> None:
+        self.root = PlanNode()
+        self.nodes = 1
+        self.stored = 0
+
+    def store(self, path: list[tuple], decision: Decision) -> None:
+        """Remember `decision` for the sequence `path` (block ops, then what ended it)."""
+        if self.nodes + len(path) > MAX_NODES:
+            self.root = PlanNode()  # the cursors of streams keep their old nodes alive
+            self.nodes = 1
+        node = self.root
+        for sig in path:
+            child = node.children.get(sig)
+            if child is None:
+                child = node.children[sig] = PlanNode()
+                self.nodes += 1
+            node = child
+        if node.decision is None:  # the first decision stays: replays of it stay stable
+            node.decision = decision
+            self.stored += 1
+
+
+class BlockSigner:
+    """Signatures of a block's ops in relative form (see the module docstring)."""
+
+    __slots__ = ("entries", "refs", "dims", "shapes", "count", "inputs")
+
+    def __init__(self, entries: dict) -> None:
+        self.entries = entries
+        self.refs: dict[int, int] = {}  # tensor id -> op position (>= 0) or -1 - input number
+        self.dims: dict[int, int] = {}  # size -> its symbol (-2, -3, ...)
+        self.shapes: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self.count = 0
+        self.inputs = 0
+
+    def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        out = self.shapes.get(shape)
+        if out is None:
+            dims = self.dims
+            symbols = []
+            for d in shape:
+                if d > 1:
+                    d = dims.get(d) or dims.setdefault(d, -2 - len(dims))
+                symbols.append(d)
+            out = self.shapes[shape] = tuple(symbols)
+        return out
+
+    def _ref(self, tid: int):
+        ref = self.refs.get(tid)
+        if ref is not None:
+            return ref
+        # First use of a tensor from outside the block: what the fusers look at.
+        e = self.entries[tid]
+        self.refs[tid] = -1 - self.inputs
+        self.inputs += 1
+        return (e.ir.dtype, self.shape(e.ir.shape), e.contiguous, e.storage.status == PENDING)
+
+    def sign(self, op: OperationIr) -> tuple | None:
+        """The op's signature; None for an op the store does not follow (a custom kernel)."""
+        kind = type(op)
+        if kind is ElementwiseOp:
+            refs = self.refs
+            args = []
+            for operand in op.inputs:
+                if type(operand) is int:
+                    ref = refs.get(operand)
+                    args.append(self._ref(operand) if ref is None else ref)
+                else:
+                    args.append(operand.dtype)
+            out = op.out
+            sig = (op.name, op.compute, out.dtype, self.shape(out.shape), tuple(args), op.expr, op.params)
+        elif kind is ReduceOp:
+            out = op.out
+            sig = ("reduce", op.name, self._ref(op.input), op.axes, op.acc, out.dtype, self.shape(out.shape))
+        elif kind is MatmulOp:
+            out = op.out
+            sig = ("matmul", self._ref(op.a), self._ref(op.b), op.compute, out.dtype, self.shape(out.shape))
+        else:
+            return None
+        self.refs[out.id] = self.count
+        self.count += 1
+        return sig

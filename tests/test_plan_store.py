@@ -1,0 +1,271 @@
+"""The plan store: recurring sequences replay the fusers' decisions without exploring."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import clients
+from fusion_server import plans
+from fusion_server.ir import ElementwiseOp, Scalar, TensorIr
+from fusion_server.plans import FLUSH, BlockSigner, Decision, PlanStore
+from tests.conftest import rand, run_python, server_settings
+
+
+@pytest.fixture
+def fresh_store(client):
+    """An empty plan store for this test's streams (the server and its kernels stay)."""
+
+    def clear(server):
+        server.flush_all("test")
+        server.plan_stores.clear()
+        server.streams.clear()
+
+    client.call(clear)
+    yield client.server
+    client.call(clear)
+
+
+def counts() -> dict:
+    s = clients.stats()
+    keys = ("plan_hits", "plan_misses", "explorations", "compiles", "kernels_launched", "failed_blocks")
+    return {k: s[k] for k in keys}
+
+
+def delta(before: dict) -> dict:
+    after = counts()
+    return {k: after[k] - before[k] for k in before}
+
+
+def graph(x, y, a: float, b: float):
+    """Element-wise work, a reduction with its epilogue, and a read: four blocks."""
+    t = clients.tanh(x * a + y) - b
+    u = clients.exp(t) * y
+    s = clients.sum(u * u, axis=-1) * 0.5
+    return t, s
+
+
+def graph_np(x, y, a, b):
+    t = np.tanh(x * np.float32(a) + y) - np.float32(b)
+    u = np.exp(t) * y
+    return t, np.sum(u * u, axis=-1) * np.float32(0.5)
+
+
+def check(x, y, a, b):
+    t, s = graph(clients.asarray(x), clients.asarray(y), a, b)
+    want_t, want_s = graph_np(x, y, a, b)
+    np.testing.assert_allclose(t.numpy(), want_t, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(s.numpy(), want_s, rtol=1e-4, atol=1e-5)
+
+
+def test_recurring_sequence_hits_with_other_ids_scalars_and_sizes(fresh_store):
+    check(rand((4, 33)), rand((4, 33), seed=1), 0.5, 0.25)  # explores and stores
+    first = counts()
+    assert first["explorations"] > 0 and clients.stats()["plans_stored"] > 0
+    before = counts()
+    # New tensors (new ids), new scalar values, new sizes of the same pattern.
+    check(rand((7, 100), seed=2), rand((7, 100), seed=3), -1.5, 2.0)
+    d = delta(before)
+    assert d["explorations"] == 0 and d["plan_misses"] == 0
+    assert d["plan_hits"] == d["kernels_launched"] >= 1  # every block came from the store
+    assert d["compiles"] == 0  # sizes and scalars are kernel arguments
+
+
+def test_steady_state_explores_and_compiles_nothing(fresh_store):
+    x, y = rand((8, 64)), rand((8, 64), seed=1)
+    for _ in range(2):
+        check(x, y, 0.5, 0.25)
+    before = counts()
+    for i in range(5):
+        check(x, y, 0.1 * i, 0.2 * i)
+    d = delta(before)
+    assert d["explorations"] == 0 and d["compiles"] == 0 and d["plan_misses"] == 0
+    assert d["plan_hits"] == d["kernels_launched"] >= 5  # one stored block per kernel
+
+
+def test_a_sequence_that_diverges_half_way_is_explored(fresh_store):
+    a = rand(500)
+    x = clients.asarray(a)
+    for _ in range(2):
+        (clients.exp(x * 2.0 + 1.0) - 3.0).numpy()
+    before = counts()
+    # The same first ops, then something else: the block is cut differently.
+    y = clients.sqrt(clients.abs(clients.exp(x * 2.0 + 1.0))) * x
+    np.testing.assert_allclose(y.numpy(), np.sqrt(np.abs(np.exp(a * 2 + 1))) * a, rtol=1e-5)
+    d = delta(before)
+    assert d["plan_misses"] == 1 and d["explorations"] == 1 and d["plan_hits"] == 0
+    before = counts()  # the new sequence is stored too
+    y = clients.sqrt(clients.abs(clients.exp(x * 3.0 + 1.0))) * x
+    np.testing.assert_allclose(y.numpy(), np.sqrt(np.abs(np.exp(a * 3 + 1))) * a, rtol=1e-5)
+    assert delta(before)["plan_hits"] == 1 and delta(before)["explorations"] == 0
+
+
+def test_different_operand_structure_does_not_match(fresh_store):
+    a, b = rand(64), rand(64, seed=1)
+    x, y = clients.asarray(a), clients.asarray(b)
+    (x * y + x).numpy()
+    before = counts()
+    got = (x * y + y).numpy()  # same ops, another operand: another sequence
+    np.testing.assert_allclose(got, a * b + b, rtol=1e-6)
+    assert delta(before)["plan_hits"] == 0 and delta(before)["explorations"] == 1
+
+
+def test_replayed_block_that_no_longer_fits_the_bindings_is_explored(fresh_store):
+    a = rand(256)
+    with server_settings(max_bindings=8):
+        x = clients.asarray(a)
+
+        def chain(keep: bool):
+            kept, t = [], x
+            for k in range(6):
+                t = t * 1.5 + float(k)
+                if keep:
+                    kept.append(t)
+            return t, kept
+
+        for _ in range(2):  # stored while no intermediate is kept: one block
+            t, _ = chain(False)
+            t.numpy()
+        before = counts()
+        t, kept = chain(True)  # now every value must be written: over 8 bindings
+        with clients.inspect() as rec:
+            got = t.numpy()
+        want = a
+        for k in range(6):
+            want = want * np.float32(1.5) + np.float32(k)
+            np.testing.assert_allclose(kept[k].numpy(), want, rtol=1e-5)
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+        assert all(k.bindings <= 8 for k in rec.kernels)
+        assert delta(before)["plan_misses"] >= 1 and delta(before)["failed_blocks"] == 0
+
+
+def test_views_of_values_in_the_block_still_close_it(fresh_store):
+    a = rand((6, 8))
+    x = clients.asarray(a)
+    before = counts()
+    for scale in (2.0, 3.0, 4.0):
+        with clients.inspect() as rec:
+            t = x * scale
+            v = clients.permute_dims(t, (1, 0))  # a view of a value computed in the block
+            got = (v + 1.0).numpy()
+        np.testing.assert_allclose(got, (a * np.float32(scale)).T + 1, rtol=1e-6)
+        assert [k.ops for k in rec.kernels] == [["multiply"], ["add"]]
+    assert delta(before)["plan_hits"] == 4 and delta(before)["explorations"] == 2
+
+
+def test_flush_ended_blocks_replay(fresh_store):
+    a = rand(100)
+    x = clients.asarray(a)
+    before = counts()
+    for k in range(4):
+        y = clients.log1p(clients.abs(x)) * float(k)
+        clients.sync()
+        np.testing.assert_allclose(y.numpy(), np.log1p(np.abs(a)) * np.float32(k), rtol=1e-6)
+    assert delta(before)["plan_hits"] == 3 and delta(before)["explorations"] == 1
+
+
+def test_threads_share_the_store(fresh_store):
+    a = rand(300)
+    x = clients.asarray(a)
+    (clients.cos(x) * 2.0 - x).numpy()  # stored by this thread
+    before = counts()
+    results = {}
+    barrier = threading.Barrier(2)
+
+    def work(k: int) -> None:
+        barrier.wait()
+        results[k] = (clients.cos(x) * float(k) - x).numpy()
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in range(2):
+        np.testing.assert_allclose(results[k], np.cos(a) * np.float32(k) - a, rtol=1e-5, atol=1e-6)
+    assert delta(before)["plan_hits"] == 2 and delta(before)["explorations"] == 0
+
+
+def test_matmul_blocks_replay(fresh_store):
+    a, w, bias = rand((5, 7)), rand((7, 3), seed=1), rand(3, seed=2)
+    x, wt, bt = clients.asarray(a), clients.asarray(w), clients.asarray(bias)
+    for _ in range(3):
+        got = clients.maximum(x @ wt + bt, 0.0).numpy()
+        np.testing.assert_allclose(got, np.maximum(a @ w + bias, 0), rtol=1e-4, atol=1e-5)
+    assert counts()["plan_hits"] >= 2
+
+
+def test_custom_fusers_turn_the_store_off(fresh_store):
+    from fusion_server.fusers import PatternFuser
+
+    def launch(queue, inputs, out, scalars):
+        raise AssertionError("never chosen: the pattern below never completes")
+
+    clients.custom.register_fuser(lambda server: PatternFuser("never", ["sin", "cos", "tan"], launch))
+    try:
+        x = clients.asarray(rand(10))
+        before = counts()
+        for _ in range(3):
+            (clients.exp(x) + 1.0).numpy()
+        assert delta(before)["plan_hits"] == 0 and delta(before)["explorations"] == 3
+    finally:
+        clients.custom.unregister_fusers()
+
+
+def test_the_store_can_be_turned_off():
+    code = (
+        "import numpy as np, clients\n"
+        "x = clients.asarray(np.ones(10, np.float32))\n"
+        "for _ in range(3): (x * 2.0 + 1.0).numpy()\n"
+        "s = clients.stats(); print(s['plan_hits'], s['explorations'])\n"
+    )
+    out = run_python(code, FUSION_PLAN_STORE="0")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "3"]
+
+
+# -- the relative form, directly --------------------------------------------------------
+def _op(name, inputs, out_id, shape, dtype=np.dtype(np.float32)):
+    return ElementwiseOp(name, tuple(inputs), dtype, TensorIr(out_id, shape, dtype))
+
+
+class _Entry:
+    def __init__(self, tid, shape, contiguous=True, pending=False):
+        self.ir = TensorIr(tid, shape, np.dtype(np.float32))
+        self.contiguous = contiguous
+        self.storage = type("S", (), {"status": 0 if pending else 1})()
+
+
+def _signs(ops, entries):
+    signer = BlockSigner(entries)
+    return [signer.sign(op) for op in ops]
+
+
+def test_signatures_abstract_ids_sizes_and_scalars():
+    f32 = np.dtype(np.float32)
+    e1 = {1: _Entry(1, (4, 5)), 2: _Entry(2, (5,))}
+    e2 = {10: _Entry(10, (9, 3)), 20: _Entry(20, (3,))}
+    ops1 = [_op("multiply", [1, Scalar(np.float32(2), f32)], 3, (4, 5)), _op("add", [3, 2], 4, (4, 5))]
+    ops2 = [_op("multiply", [10, Scalar(np.float32(7), f32)], 30, (9, 3)), _op("add", [30, 20], 40, (9, 3))]
+    assert _signs(ops1, e1) == _signs(ops2, e2)
+    # Sizes keep their equalities: (4, 4) is not the pattern of (4, 5).
+    e3 = {1: _Entry(1, (4, 4)), 2: _Entry(2, (4,))}
+    ops3 = [_op("multiply", [1, Scalar(np.float32(2), f32)], 3, (4, 4)), _op("add", [3, 2], 4, (4, 4))]
+    assert _signs(ops3, e3) != _signs(ops1, e1)
+    # Size 1 stays literal (it broadcasts); layouts and pending inputs are part of the form.
+    assert _signs(ops1, {1: _Entry(1, (4, 5)), 2: _Entry(2, (1,))}) != _signs(ops1, e1)
+    assert _signs(ops1, {1: _Entry(1, (4, 5), contiguous=False), 2: _Entry(2, (5,))}) != _signs(ops1, e1)
+    assert _signs(ops1, {1: _Entry(1, (4, 5), pending=True), 2: _Entry(2, (5,))}) != _signs(ops1, e1)
+
+
+def test_store_keeps_the_first_decision_and_forgets_when_full(monkeypatch):
+    store = PlanStore()
+    store.store([("a",), ("b",), FLUSH], Decision(0, 2, "flush"))
+    store.store([("a",), ("b",), FLUSH], Decision(1, 1, "other"))
+    node = store.root.children[("a",)].children[("b",)].children[FLUSH]
+    assert node.decision == Decision(0, 2, "flush") and store.stored == 1
+    monkeypatch.setattr(plans, "MAX_NODES", 5)
+    store.store([("c",), ("d",), FLUSH], Decision(0, 2, "flush"))
+    assert ("a",) not in store.root.children and store.nodes == 4
