@@ -78,6 +78,10 @@ def _torch_variant(a: np.ndarray, w: np.ndarray, bias: np.ndarray
     return run, lambda out: out.cpu().numpy(), f"cuBLAS through PyTorch {torch.__version__} on {name}, TF32 off"
 
 
+def _pause() -> None:
+    time.sleep(0.1)
+
+
 def run(n: int | None = None, repeat: int = 10) -> dict:
     """Every variant, checked against numpy; the results."""
     n = n or default_n()
@@ -126,7 +130,10 @@ def run(n: int | None = None, repeat: int = 10) -> dict:
             counts[name] = max(MIN_REPEAT, min(repeat, int(BUDGET_S / max(once, 1e-9))))
         for recs in records.values():
             recs.clear()
-        timings = common.time_rounds(variants, repeat, warmup=0, repeats=counts)
+        # A pause before every sample: BLAS threads keep spinning on the cores for a while
+        # after numpy returns, and would slow whichever variant runs next.
+        pause = {name: _pause for name in variants}
+        timings = common.time_rounds(variants, repeat, warmup=0, setup=pause, repeats=counts)
     finally:
         clients.set_mode("lazy")
 

@@ -58,11 +58,15 @@ def declarations(epi: ew.KernelSpec, out_rank: int, pos: int) -> tuple[list[str]
 
 
 def body(epi: ew.KernelSpec, out_rank: int, value: str, first_param: int, first_scalar: int,
-         indent: str) -> list[str]:
+         indent: str, coords: list[str] | None = None) -> list[str]:
     """Loads at output element `o`, the ops, and the stores. Epilogue input k >= 1 is
-    kernel parameter `in{first_param + k - 1}`, scalar k is `a{first_scalar + k}`."""
+    kernel parameter `in{first_param + k - 1}`, scalar k is `a{first_scalar + k}`.
+    `coords`: lines that declare the output coordinates `oc0`, ... when the caller knows
+    them (else they are divided out of `o`)."""
     lines = [f"{indent}const {dt.CL_NAME[epi.inputs[0][0]]} x0 = {value};"]
-    if out_rank:
+    if out_rank and coords is not None:
+        lines += [indent + line for line in coords]
+    elif out_rank:
         lines.append(f"{indent}IDX orem = o;")
         for d in range(out_rank - 1, 0, -1):
             lines.append(f"{indent}const IDX oc{d} = orem % OD{d}; orem /= OD{d};")

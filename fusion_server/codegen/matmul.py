@@ -24,7 +24,7 @@ TK = 16  # depth of a K step
 LOCAL = 16  # work-items per side of a work-group (the tile side / LOCAL outputs per work-item)
 
 
-ROWS, COLS = 4, 8  # the "rows" strategy: outputs per work-item
+ROWS, COLS = 8, 16  # the "rows" strategy: outputs per work-item (8 x 16 doubled PoCL's rate over 4 x 8)
 
 
 class MatmulSpec(NamedTuple):
@@ -143,12 +143,23 @@ def generate(spec: MatmulSpec) -> tuple[str, str]:
 
 
 def _epilogue(spec: MatmulSpec, value: str, indent: str) -> list[str]:
-    """The epilogue and stores for output element `o` whose product is `value`."""
-    return ep.body(spec.epilogue, spec.out_rank, value, 1, 0, indent)
+    """The epilogue and stores for output element `o` (row i, column j) whose product is
+    `value`. Strided epilogue inputs take the coordinates from i, j and the batch index,
+    not from divisions of `o` (each costs as much as many multiply-adds on a CPU)."""
+    coords = None
+    rank = spec.out_rank
+    if rank:
+        coords = ["IDX orem = batch;"]
+        for d in range(rank - 3, 0, -1):
+            coords.append(f"const IDX oc{d} = orem % OD{d}; orem /= OD{d};")
+        if rank > 2:
+            coords.append("const IDX oc0 = orem;")
+        coords += [f"const IDX oc{rank - 2} = i;", f"const IDX oc{rank - 1} = j;"]
+    return ep.body(spec.epilogue, rank, value, 1, 0, indent, coords)
 
 
 def _rows_body(spec: MatmulSpec, t: str) -> list[str]:
-    """CPU strategy: each work-item owns a 4 x 8 block, streaming rows of B with vector
+    """CPU strategy: each work-item owns a ROWS x COLS block, streaming rows of B with vector
     loads; the device vectorizes across work-items, no local memory or barriers (which
     CPU OpenCL drivers emulate slowly)."""
     R, C = ROWS, COLS
