@@ -105,20 +105,22 @@ def _host(x: Any, what: str) -> tuple[np.ndarray, Any]:
     return x.numpy(), x.device
 
 
-def _unique(x: Any, what: str, **want: bool) -> tuple[Tensor, ...]:
-    """np.unique of x's values, each NaN distinct; every result back on x's device."""
+def _unique(x: Any, what: str, *fields: str) -> tuple[Tensor, ...]:
+    """`fields` of np.unique over x's values (each NaN distinct), back on x's device.
+
+    Always computed with the first indices: numpy then sorts stably, so the k-th NaN of x
+    is the k-th NaN of the values whichever function asks.
+    """
     host, device = _host(x, what)
-    found = np.unique(host.reshape(-1), equal_nan=False, **want)
-    found = found if isinstance(found, tuple) else (found,)
-    names = ["values"] + [k for k in ("return_index", "return_inverse", "return_counts") if want.get(k)]
-    out = []
-    for name, value in zip(names, found):
-        if name == "return_inverse":
-            value = value.reshape(host.shape)  # the standard's shape (numpy 1 gave it flat)
-        elif name != "values":
-            value = value.astype(np.int64)
-        out.append(F.asarray(value, device=device))
-    return tuple(out)
+    values, indices, inverse, counts = np.unique(
+        host.reshape(-1), return_index=True, return_inverse=True, return_counts=True, equal_nan=False)
+    found = {
+        "values": values,
+        "indices": indices.astype(np.int64),
+        "inverse_indices": inverse.astype(np.int64).reshape(host.shape),  # the standard's shape
+        "counts": counts.astype(np.int64),
+    }
+    return tuple(F.asarray(found[f], device=device) for f in ("values", *fields))
 
 
 def unique_values(x: Tensor, /) -> Tensor:
@@ -130,19 +132,19 @@ def unique_values(x: Tensor, /) -> Tensor:
 def unique_counts(x: Tensor, /) -> UniqueCountsResult:
     """Distinct values and how often each occurs (each NaN once). Finishes on the host
     after one read of x."""
-    return UniqueCountsResult(*_unique(x, "unique_counts", return_counts=True))
+    return UniqueCountsResult(*_unique(x, "unique_counts", "counts"))
 
 
 def unique_inverse(x: Tensor, /) -> UniqueInverseResult:
     """Distinct values and, for each element of x, the position of its value among them
     (shape of x). Finishes on the host after one read of x."""
-    return UniqueInverseResult(*_unique(x, "unique_inverse", return_inverse=True))
+    return UniqueInverseResult(*_unique(x, "unique_inverse", "inverse_indices"))
 
 
 def unique_all(x: Tensor, /) -> UniqueAllResult:
     """Distinct values, the flat index of each one's first occurrence, the inverse
     indices (shape of x) and the counts. Finishes on the host after one read of x."""
-    return UniqueAllResult(*_unique(x, "unique_all", return_index=True, return_inverse=True, return_counts=True))
+    return UniqueAllResult(*_unique(x, "unique_all", "indices", "inverse_indices", "counts"))
 
 
 def nonzero(x: Tensor, /) -> tuple[Tensor, ...]:
