@@ -10,10 +10,9 @@ position, so the order is total: any sorting network gives the stable result.
   several short rows (each padded to a power of two with pairs that sort last) or one
   chunk of a long row. When a row fits one tile the kernel writes the results;
   otherwise it writes sorted runs of pairs to scratch buffers.
-- `merge_runs`: one work-item per pair merges neighbouring runs: its place in the
-  merged run is its place in its own run plus the number of pairs of the other run
-  before it (a binary search; pairs are all distinct, so the places form a permutation).
-  The last pass writes the results.
+- `merge`: neighbouring sorted runs merged into one, each work-item writing a chunk of
+  the merged run: a binary search on the merge path finds where its chunk starts in
+  both runs, then it merges sequentially. The last pass writes the results.
 """
 
 from __future__ import annotations
@@ -64,8 +63,8 @@ def arg_dtypes(spec: SortSpec) -> list:
     if spec.stage == "tiles":
         # in, in_off, rows, n, seg, desc, final, keys, idx, values, indices, local keys, local idx
         return [None, np.int64, np.int32, np.int32, np.int32, np.int32, np.int32] + [None] * 6
-    # keys, idx, rows, n, run, final, keys out, idx out, in, in_off, values, indices
-    return [None, None, np.int32, np.int32, np.int32, np.int32, None, None, None, np.int64, None, None]
+    # keys, idx, rows, n, run, chunk, final, keys out, idx out, in, in_off, values, indices
+    return [None, None, np.int32, np.int32, np.int32, np.int32, np.int32, None, None, None, np.int64, None, None]
 
 
 _COMMON = """
@@ -153,34 +152,49 @@ __kernel void NAME(__global const T *in, const long in_off, const int rows, cons
 
 _MERGE = """
 __kernel void NAME(__global const KEY *keys, __global const uint *idx, const int rows, const int n,
-                   const int run, const int final, __global KEY *keys_out, __global uint *idx_out,
+                   const int run, const int chunk, const int final,
+                   __global KEY *keys_out, __global uint *idx_out,
                    __global const T *in, const long in_off, __global T *values, __global long *indices)
 {
     const int L = get_local_size(0);
-    const int cpr = (n + L - 1) / L;  /* work-groups per row */
-    const long group = get_group_id(0);
-    const long row = group / cpr;
-    const int col = (int)(group % cpr) * L + get_local_id(0);
-    if (row >= rows || col >= n) return;
+    const int per_row = (n + chunk - 1) / chunk;  /* work-items per row */
+    const int groups = (per_row + L - 1) / L;     /* work-groups per row */
+    const long row = get_group_id(0) / groups;
+    const int item = (int)(get_group_id(0) % groups) * L + get_local_id(0);
+    if (row >= rows || item >= per_row) return;
     const long base = row * n;
-    const KEY k = keys[base + col];
-    const uint ix = idx[base + col];
-    const int own = col / run * run;
-    const int left = (col / run) % 2 == 0;
-    int lo = left ? min(own + run, n) : own - run;
-    int hi = left ? min(own + 2 * run, n) : own;
-    const int start = lo;
-    while (lo < hi) {  /* pairs of the other run that come before this one */
+    const int first = item * chunk;  /* chunks never straddle two merged runs */
+    const int a0 = first / (2 * run) * (2 * run), a1 = min(a0 + run, n), b1 = min(a0 + 2 * run, n);
+    const int d = first - a0;
+    /* Merge path: how many of the first d merged pairs come from run A. */
+    int lo = max(0, d - (b1 - a1)), hi = min(d, a1 - a0);
+    while (lo < hi) {
         const int mid = lo + (hi - lo) / 2;
-        if (LESS(keys[base + mid], idx[base + mid], k, ix)) lo = mid + 1;
+        const long p = base + a0 + mid, q = base + a1 + d - mid - 1;
+        if (LESS(keys[p], idx[p], keys[q], idx[q])) lo = mid + 1;
         else hi = mid;
     }
-    const int at = (left ? own : own - run) + (col - own) + (lo - start);
-    if (final)
-        write_result(in, in_off + base, base + at, ix, values, indices);
-    else {
-        keys_out[base + at] = k;
-        idx_out[base + at] = ix;
+    int i = a0 + lo, j = a1 + d - lo;
+    KEY ka = 0, kb = 0;
+    uint ia = 0, ib = 0;
+    if (i < a1) { ka = keys[base + i]; ia = idx[base + i]; }
+    if (j < b1) { kb = keys[base + j]; ib = idx[base + j]; }
+    const int end = min(first + chunk, b1);
+    for (int at = first; at < end; ++at) {
+        const int take_a = j >= b1 || (i < a1 && LESS(ka, ia, kb, ib));
+        const KEY k = take_a ? ka : kb;
+        const uint ix = take_a ? ia : ib;
+        if (final)
+            write_result(in, in_off + base, base + at, ix, values, indices);
+        else {
+            keys_out[base + at] = k;
+            idx_out[base + at] = ix;
+        }
+        if (take_a) {
+            if (++i < a1) { ka = keys[base + i]; ia = idx[base + i]; }
+        } else if (++j < b1) {
+            kb = keys[base + j]; ib = idx[base + j];
+        }
     }
 }
 """

@@ -28,7 +28,15 @@ if TYPE_CHECKING:
 # bigger groups amortize the barriers, and 2048 pairs (16 to 24 KiB) stay in its caches.
 TILE_ITEMS = {"GPU": 512}
 TILE_ITEMS_OTHER = 1024
+# Merged pairs per work-item of a merge pass: a binary search starts each chunk, so longer
+# chunks search less; a GPU wants many short ones for parallelism, a CPU few long ones.
+MERGE_CHUNK = {"GPU": 8}
+MERGE_CHUNK_OTHER = 32
 MAX_ROW = 1 << 30  # positions and run bounds are 32-bit ints in the kernels
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def _pow2_floor(n: int) -> int:
@@ -91,10 +99,10 @@ class SortPlan:
                    device.local_mem_size // (2 * (kbytes + 4)))
         most = _pow2_floor(most)
         seg = min(_pow2_ceil(n), 2 * most)
-        per_row = -(-n // seg)
+        per_row = _ceil_div(n, seg)
         # Few short rows need no big work-group: a tile of at least one segment is enough.
         items = max(seg // 2, min(most, _pow2_ceil(rows * per_row * seg) // 2), 1)
-        n_tiles = -(-(rows * per_row * seg) // (2 * items))
+        n_tiles = _ceil_div(rows * per_row * seg, 2 * items)
         final = per_row == 1
         pool = server.runtime.pool
         scratch = []
@@ -109,15 +117,18 @@ class SortPlan:
         self._launch(server, tiles, n_tiles * items, items, args)
 
         # Merge passes: runs of `seg` pairs double until one covers the row.
-        local = _pow2_floor(min(server.runtime.local_size,
-                                merge.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device)))
-        groups = rows * -(-n // local)
+        most = _pow2_floor(min(server.runtime.local_size,
+                               merge.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device)))
         run, k = seg, 0
         while run < n:
             (k_in, i_in), (k_out, i_out) = scratch[k % 2], scratch[(k + 1) % 2]
             last = 2 * run >= n
-            args = [k_in, i_in, np.int32(rows), np.int32(n), np.int32(run), np.int32(last), k_out, i_out,
-                    src.storage.buffer, in_off, out_values, out_indices]
+            chunk = min(MERGE_CHUNK.get(server.info.kind, MERGE_CHUNK_OTHER), 2 * run)  # a power of two
+            per_row = _ceil_div(n, chunk)
+            local = min(most, _pow2_ceil(per_row))  # a short row's work-group is no wider than it
+            groups = rows * _ceil_div(per_row, local)
+            args = [k_in, i_in, np.int32(rows), np.int32(n), np.int32(run), np.int32(chunk), np.int32(last),
+                    k_out, i_out, src.storage.buffer, in_off, out_values, out_indices]
             self._launch(server, merge, groups * local, local, args)
             run, k = 2 * run, k + 1
         # The in-order queue runs the passes before any later use of these buffers.
