@@ -69,6 +69,18 @@ from ._functions import (
 )
 from ._linalg import matmul
 from ._reductions import argmax, argmin, max, mean, min, prod, sum
+from ._sorting import (
+    UniqueAllResult,
+    UniqueCountsResult,
+    UniqueInverseResult,
+    argsort,
+    nonzero,
+    sort,
+    unique_all,
+    unique_counts,
+    unique_inverse,
+    unique_values,
+)
 from .devices import Device, client_for, default_device, devices
 from .tensor import Tensor
 
@@ -125,6 +137,8 @@ __all__ = [
     "custom", "from_cl", "matmul", "resolve", "__array_api_version__", "all", "any", "can_cast", "concat", "eye",
     "finfo", "flip", "iinfo", "isdtype", "linspace", "matrix_transpose", "result_type", "stack", "std", "tril", "triu",
     "var", "vecdot", "argmax", "argmin", "max", "mean", "min", "prod", "sum",
+    "UniqueAllResult", "UniqueCountsResult", "UniqueInverseResult", "argsort", "nonzero", "sort", "unique_all",
+    "unique_counts", "unique_inverse", "unique_values",
     "Device", "DeviceError", "DeviceMemoryError", "DroppedTensorError", "FusionError",
     "ReentrancyError", "Tensor", "TensorFailedError", "arange", "asarray", "astype", "bool",
     "broadcast_shapes", "broadcast_to", "client_for", "clip", "default_device", "devices",

@@ -11,10 +11,19 @@ from __future__ import annotations
 from .codegen import elementwise as cg
 from .codegen import matmul as mg
 from .codegen import reduce as rg
+from .codegen import sort as sg
 from .runtime.programs import ProgramCache
 
 # float32 division and sqrt rounded like numpy's (some drivers default to a few ulp off).
 BUILD_OPTIONS = ("-cl-fp32-correctly-rounded-divide-sqrt",)
+
+
+def _generator(spec):
+    """The codegen module that turns `spec` into source."""
+    for module, kind in ((rg, rg.ReduceSpec), (mg, mg.MatmulSpec), (sg, sg.SortSpec)):
+        if isinstance(spec, kind):
+            return module
+    return cg
 
 
 class CompileJob:
@@ -27,7 +36,7 @@ class CompileJob:
     def run(self) -> None:
         """Build; a failure is kept by the cache and fails the block when it resumes."""
         spec = self.spec
-        gen = rg if isinstance(spec, rg.ReduceSpec) else mg if isinstance(spec, mg.MatmulSpec) else cg
+        gen = _generator(spec)
         try:
             self.programs.build_once(spec, lambda: gen.generate(spec), BUILD_OPTIONS, gen.arg_dtypes(spec))
         except Exception as exc:

@@ -77,6 +77,19 @@ class ReduceOp(NamedTuple):
     out: TensorIr
 
 
+class SortOp(NamedTuple):
+    """Each row of `input` (its last dimension, rows in C order) sorted, stably.
+
+    `name` is "sort" (outputs: the sorted values) or "argsort" (outputs: each sorted
+    element's position in its row, int64). NaNs go last in both directions.
+    """
+
+    name: str
+    input: int
+    descending: bool
+    outputs: tuple[TensorIr, ...]
+
+
 class MatmulOp(NamedTuple):
     """`out = a @ b`: a is (..., M, K), b is (..., K, N), batch dims broadcast."""
 
@@ -86,14 +99,14 @@ class MatmulOp(NamedTuple):
     out: TensorIr
 
 
-OperationIr = Union[ElementwiseOp, CustomKernelOp, ReduceOp, MatmulOp]
+OperationIr = Union[ElementwiseOp, CustomKernelOp, ReduceOp, MatmulOp, SortOp]
 
 
 def tensor_inputs(op: OperationIr) -> tuple[int, ...]:
     """The ids of the tensors an op reads."""
     if type(op) is ElementwiseOp:
         return tuple([i for i in op.inputs if type(i) is int])
-    if type(op) is ReduceOp:
+    if type(op) is ReduceOp or type(op) is SortOp:
         return (op.input,)
     if type(op) is MatmulOp:
         return (op.a, op.b)
@@ -101,7 +114,7 @@ def tensor_inputs(op: OperationIr) -> tuple[int, ...]:
 
 
 def outputs_of(op: OperationIr) -> tuple[TensorIr, ...]:
-    return op.outputs if type(op) is CustomKernelOp else (op.out,)
+    return op.outputs if type(op) is CustomKernelOp or type(op) is SortOp else (op.out,)
 
 
 _STRIDES: dict[tuple[int, ...], tuple[int, ...]] = {}

@@ -24,6 +24,7 @@ from .fusers.custom_kernel import CustomKernelPlan
 from .fusers.elementwise import ElementwiseFuser, ElementwisePlan
 from .fusers.matmul import MatmulFuser, MatmulPlan
 from .fusers.reduce import ReduceFuser, ReducePlan
+from .fusers.sort import SortPlan
 from .handles import FAILED, PENDING, READY, HandleContainer, Storage, span_of
 from .ir import (
     CustomKernelOp,
@@ -31,6 +32,7 @@ from .ir import (
     MatmulOp,
     OperationIr,
     ReduceOp,
+    SortOp,
     TensorIr,
     ViewOp,
     outputs_of,
@@ -175,6 +177,8 @@ class FusionServer:
             return ReducePlan([], op, [], self.max_bindings)
         if type(op) is MatmulOp:
             return MatmulPlan(op, [])
+        if type(op) is SortOp:
+            return SortPlan(op)
         raise FusionError(f"no plan can run {type(op).__name__}")
 
     def _plan_store(self) -> PlanStore | None:
@@ -215,7 +219,7 @@ class FusionServer:
     def register(self, stream_id: int, op: OperationIr) -> None:
         """Queue `op` on a stream; blocks run as the fusers close them."""
         entries = self.handles.entries
-        first_out = op.outputs[0].id if type(op) is CustomKernelOp else op.out.id
+        first_out = op.out.id if type(op) is ElementwiseOp else outputs_of(op)[0].id
         if first_out in entries:
             # Already queued: a compile interrupted it after that; carry on from there.
             self.stream(stream_id).advance(self)

@@ -1,0 +1,160 @@
+"""Sorting and set functions of the Array API: sort, argsort, unique_*, nonzero.
+
+`sort` and `argsort` run on the device (see fusion_server/codegen/sort.py): the axis is
+moved last with a view (a copy when the rows are not in C order then), every row is
+sorted stably, and the result is viewed back. The unique_* functions and `nonzero` have
+output shapes that depend on the values, so they read the input once and finish on the
+host; their results are device tensors again.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from fusion_server import dtypes as dt
+from fusion_server.ir import SortOp
+
+from . import _functions as F
+from ._array_api import _contiguous
+from .tensor import Tensor
+
+
+class UniqueAllResult(NamedTuple):
+    values: Tensor
+    indices: Tensor
+    inverse_indices: Tensor
+    counts: Tensor
+
+
+class UniqueCountsResult(NamedTuple):
+    values: Tensor
+    counts: Tensor
+
+
+class UniqueInverseResult(NamedTuple):
+    values: Tensor
+    inverse_indices: Tensor
+
+
+def _tensor(x: Any, what: str) -> Tensor:
+    if type(x) is Tensor:
+        return x
+    if isinstance(x, (np.ndarray, list, tuple)):
+        return F.asarray(x)
+    raise TypeError(f"{what}() takes a tensor, not {type(x).__name__}")
+
+
+def _sort_axis(x: Tensor, axis: Any, what: str) -> int:
+    """`axis` as a non-negative int, or numpy's AxisError (a 0-d tensor has no axis)."""
+    if isinstance(axis, bool):
+        raise TypeError(f"{what}(): axis must be an int, not bool")
+    try:
+        axis = operator.index(axis)
+    except TypeError:
+        raise TypeError(f"{what}(): axis must be an int, not {type(axis).__name__}") from None
+    if not -x.ndim <= axis < x.ndim:
+        raise np.exceptions.AxisError(f"{what}(): axis {axis} is out of bounds for a tensor of {x.ndim} dimensions")
+    return axis % x.ndim
+
+
+def _flag(value: Any, name: str, what: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{what}(): {name} must be a bool, not {type(value).__name__}")
+    return bool(value)
+
+
+def _sorted(name: str, x: Any, axis: Any, descending: Any, stable: Any) -> Tensor:
+    """One SortOp over `axis` of x: the sorted values ("sort") or positions ("argsort")."""
+    x = _tensor(x, name)
+    axis = _sort_axis(x, axis, name)
+    descending = _flag(descending, "descending", name)
+    _flag(stable, "stable", name)  # always stable: a stable order is also a valid unstable one
+    order = [d for d in range(x.ndim) if d != axis] + [axis]
+    rows = _contiguous(x if axis == x.ndim - 1 else F.permute_dims(x, order))
+    client = rows._client
+    dtype = rows.dtype if name == "sort" else dt.int64
+    out = F._new(client, rows.shape, dtype)
+    client.register(SortOp(name, rows._id, descending, (out,)))
+    result = Tensor._make(client, out.id, rows.shape, dtype)
+    if axis == x.ndim - 1:
+        return result
+    back = [0] * x.ndim
+    for pos, d in enumerate(order):
+        back[d] = pos
+    return F.permute_dims(result, back)
+
+
+def sort(x: Tensor, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Tensor:
+    """x sorted along `axis`, on the device. NaNs go last (descending too); equal elements
+    keep their order (the sort is always stable); -0.0 and 0.0 are equal."""
+    return _sorted("sort", x, axis, descending, stable)
+
+
+def argsort(x: Tensor, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Tensor:
+    """Positions (int64) that sort x along `axis`, on the device; like `sort`, stable, NaNs
+    last, and for `descending` equal elements keep their original order."""
+    return _sorted("argsort", x, axis, descending, stable)
+
+
+def _host(x: Any, what: str) -> tuple[np.ndarray, Any]:
+    """x's values on the host (one read) and its device."""
+    x = _tensor(x, what)
+    return x.numpy(), x.device
+
+
+def _unique(x: Any, what: str, *fields: str) -> tuple[Tensor, ...]:
+    """`fields` of np.unique over x's values (each NaN distinct), back on x's device.
+
+    Always computed with the first indices: numpy then sorts stably, so the k-th NaN of x
+    is the k-th NaN of the values whichever function asks.
+    """
+    host, device = _host(x, what)
+    values, indices, inverse, counts = np.unique(
+        host.reshape(-1), return_index=True, return_inverse=True, return_counts=True, equal_nan=False)
+    found = {
+        "values": values,
+        "indices": indices.astype(np.int64),
+        "inverse_indices": inverse.astype(np.int64).reshape(host.shape),  # the standard's shape
+        "counts": counts.astype(np.int64),
+    }
+    return tuple(F.asarray(found[f], device=device) for f in ("values", *fields))
+
+
+def unique_values(x: Tensor, /) -> Tensor:
+    """The distinct values of x, sorted (NaNs each distinct, last). Finishes on the host
+    after one read of x: the result's length depends on the values."""
+    return _unique(x, "unique_values")[0]
+
+
+def unique_counts(x: Tensor, /) -> UniqueCountsResult:
+    """Distinct values and how often each occurs (each NaN once). Finishes on the host
+    after one read of x."""
+    return UniqueCountsResult(*_unique(x, "unique_counts", "counts"))
+
+
+def unique_inverse(x: Tensor, /) -> UniqueInverseResult:
+    """Distinct values and, for each element of x, the position of its value among them
+    (shape of x). Finishes on the host after one read of x."""
+    return UniqueInverseResult(*_unique(x, "unique_inverse", "inverse_indices"))
+
+
+def unique_all(x: Tensor, /) -> UniqueAllResult:
+    """Distinct values, the flat index of each one's first occurrence, the inverse
+    indices (shape of x) and the counts. Finishes on the host after one read of x."""
+    return UniqueAllResult(*_unique(x, "unique_all", "indices", "inverse_indices", "counts"))
+
+
+def nonzero(x: Tensor, /) -> tuple[Tensor, ...]:
+    """Indices (int64, one tensor per dimension, C order) of x's non-zero elements.
+    Finishes on the host after one read of x: the count depends on the values."""
+    host, device = _host(x, "nonzero")
+    if host.ndim == 0:
+        raise ValueError("nonzero() of a 0-d tensor is not defined; use expand_dims or reshape first")
+    return tuple(F.asarray(i.astype(np.int64), device=device) for i in np.nonzero(host))
+
+
+__all__ = ["UniqueAllResult", "UniqueCountsResult", "UniqueInverseResult", "argsort", "nonzero", "sort",
+           "unique_all", "unique_counts", "unique_inverse", "unique_values"]

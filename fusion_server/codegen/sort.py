@@ -1,0 +1,222 @@
+"""Kernels of the row sort: a bitonic sort of tiles in local memory, then merge passes.
+
+Every element becomes a pair (key, position in its row). The key is an unsigned integer
+whose order is the order wanted: ints with the sign bit flipped, floats by their bits
+(negatives inverted), -0.0 made +0.0 (numpy compares them equal), every NaN the largest
+key in both directions, all bits inverted for a descending sort. Ties are broken by the
+position, so the order is total: any sorting network gives the stable result.
+
+- `sort_tiles`: each work-group sorts a tile of 2 * local-size pairs. A tile holds
+  several short rows (each padded to a power of two with pairs that sort last) or one
+  chunk of a long row. When a row fits one tile the kernel writes the results;
+  otherwise it writes sorted runs of pairs to scratch buffers.
+- `merge`: neighbouring sorted runs merged into one, each work-item writing a chunk of
+  the merged run: a binary search on the merge path finds where its chunk starts in
+  both runs, then it merges sequentially. The last pass writes the results.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .. import dtypes as dt
+
+
+class SortSpec(NamedTuple):
+    """One sort kernel: which stage, for which dtype, writing which results."""
+
+    kind: str  # always "sort": keeps these keys apart from other kernels' in the cache
+    stage: str  # "tiles" or "merge"
+    dtype: np.dtype
+    values: bool  # the final pass writes the sorted values
+    indices: bool  # the final pass writes the positions (int64)
+
+
+_KEYS = {
+    dt.bool_: ("uint", "return (uint)v;"),
+    dt.int32: ("uint", "return as_uint(v) ^ 0x80000000u;"),
+    dt.int64: ("ulong", "return as_ulong(v) ^ 0x8000000000000000ul;"),
+    dt.float32: ("uint", """
+    uint b = as_uint(v);
+    if (v == 0.0f) b = 0u;
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);"""),
+    dt.float64: ("ulong", """
+    ulong b = as_ulong(v);
+    if (v == 0.0) b = 0ul;
+    return (b & 0x8000000000000000ul) ? ~b : (b | 0x8000000000000000ul);"""),
+}
+
+
+def key_bytes(dtype: np.dtype) -> int:
+    """Bytes of one sort key of `dtype` (4 or 8)."""
+    return 8 if _KEYS[dtype][0] == "ulong" else 4
+
+
+def kernel_name(spec: SortSpec) -> str:
+    outs = ("v" if spec.values else "") + ("i" if spec.indices else "")
+    return f"sort_{spec.stage}_{spec.dtype.name}_{outs}"
+
+
+def arg_dtypes(spec: SortSpec) -> list:
+    if spec.stage == "tiles":
+        # in, in_off, rows, n, seg, desc, final, keys, idx, values, indices, local keys, local idx
+        return [None, np.int64, np.int32, np.int32, np.int32, np.int32, np.int32] + [None] * 6
+    # keys, idx, rows, n, run, chunk, final, keys out, idx out, in, in_off, values, indices
+    return [None, None, np.int32, np.int32, np.int32, np.int32, np.int32, None, None, None, np.int64, None, None]
+
+
+_COMMON = """
+#define LESS(ka, ia, kb, ib) ((ka) < (kb) || ((ka) == (kb) && (ia) < (ib)))
+
+KEY key_of(const T v, const int desc)
+{
+    if (IS_NAN(v)) return KEY_MAX;  /* NaN sorts last, in both directions */
+    const KEY k = raw_key(v);
+    return desc ? ~k : k;
+}
+
+void write_result(__global const T *in, const long row_at, const long at, const uint ix,
+                  __global T *values, __global long *indices)
+{
+#if WRITE_VALUES
+    values[at] = in[row_at + ix];
+#endif
+#if WRITE_INDICES
+    indices[at] = (long)ix;
+#endif
+}
+"""
+
+_TILES = """
+__kernel void NAME(__global const T *in, const long in_off, const int rows, const int n,
+                   const int seg, const int desc, const int final,
+                   __global KEY *keys_out, __global uint *idx_out,
+                   __global T *values, __global long *indices,
+                   __local KEY *lk, __local uint *li)
+{
+    const int lid = get_local_id(0), L = get_local_size(0);
+    const int cpr = (n + seg - 1) / seg;                    /* segments per row */
+    const long total = (long)rows * cpr;
+    const long first = (long)get_group_id(0) * (2 * L / seg); /* this tile's first segment */
+    for (int h = 0; h < 2; ++h) {
+        const int e = lid + h * L;
+        const long g = first + e / seg;
+        KEY k = KEY_MAX;
+        uint ix = 0xFFFFFFFFu;  /* padding: after every real pair */
+        if (g < total) {
+            const long row = g / cpr;
+            const int col = (int)(g % cpr) * seg + e % seg;
+            if (col < n) {
+                k = key_of(in[in_off + row * n + col], desc);
+                ix = (uint)col;
+            }
+        }
+        lk[e] = k;
+        li[e] = ix;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    /* Bitonic sort of every aligned block of `seg` pairs, all ascending: the first step
+       of each stage compares mirrored pairs, the others halves. */
+    for (int k = 2; k <= seg; k <<= 1) {
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            const int a = ((lid & ~(j - 1)) << 1) | (lid & (j - 1));
+            const int b = (j == k >> 1) ? (a ^ (k - 1)) : (a + j);
+            const KEY ka = lk[a], kb = lk[b];
+            const uint ia = li[a], ib = li[b];
+            if (LESS(kb, ib, ka, ia)) {
+                lk[a] = kb; lk[b] = ka;
+                li[a] = ib; li[b] = ia;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+    }
+    for (int h = 0; h < 2; ++h) {
+        const int e = lid + h * L;
+        const long g = first + e / seg;
+        if (g >= total) continue;
+        const long row = g / cpr;
+        const int col = (int)(g % cpr) * seg + e % seg;
+        if (col >= n) continue;  /* a segment's real pairs come first: padding sorts last */
+        const long at = row * n + col;
+        if (final)
+            write_result(in, in_off + row * n, at, li[e], values, indices);
+        else {
+            keys_out[at] = lk[e];
+            idx_out[at] = li[e];
+        }
+    }
+}
+"""
+
+_MERGE = """
+__kernel void NAME(__global const KEY *keys, __global const uint *idx, const int rows, const int n,
+                   const int run, const int chunk, const int final,
+                   __global KEY *keys_out, __global uint *idx_out,
+                   __global const T *in, const long in_off, __global T *values, __global long *indices)
+{
+    const int L = get_local_size(0);
+    const int per_row = (n + chunk - 1) / chunk;  /* work-items per row */
+    const int groups = (per_row + L - 1) / L;     /* work-groups per row */
+    const long row = get_group_id(0) / groups;
+    const int item = (int)(get_group_id(0) % groups) * L + get_local_id(0);
+    if (row >= rows || item >= per_row) return;
+    const long base = row * n;
+    const int first = item * chunk;  /* chunks never straddle two merged runs */
+    const int a0 = first / (2 * run) * (2 * run), a1 = min(a0 + run, n), b1 = min(a0 + 2 * run, n);
+    const int d = first - a0;
+    /* Merge path: how many of the first d merged pairs come from run A. */
+    int lo = max(0, d - (b1 - a1)), hi = min(d, a1 - a0);
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        const long p = base + a0 + mid, q = base + a1 + d - mid - 1;
+        if (LESS(keys[p], idx[p], keys[q], idx[q])) lo = mid + 1;
+        else hi = mid;
+    }
+    int i = a0 + lo, j = a1 + d - lo;
+    KEY ka = 0, kb = 0;
+    uint ia = 0, ib = 0;
+    if (i < a1) { ka = keys[base + i]; ia = idx[base + i]; }
+    if (j < b1) { kb = keys[base + j]; ib = idx[base + j]; }
+    const int end = min(first + chunk, b1);
+    for (int at = first; at < end; ++at) {
+        const int take_a = j >= b1 || (i < a1 && LESS(ka, ia, kb, ib));
+        const KEY k = take_a ? ka : kb;
+        const uint ix = take_a ? ia : ib;
+        if (final)
+            write_result(in, in_off + base, base + at, ix, values, indices);
+        else {
+            keys_out[base + at] = k;
+            idx_out[base + at] = ix;
+        }
+        if (take_a) {
+            if (++i < a1) { ka = keys[base + i]; ia = idx[base + i]; }
+        } else if (++j < b1) {
+            kb = keys[base + j]; ib = idx[base + j];
+        }
+    }
+}
+"""
+
+
+def generate(spec: SortSpec) -> tuple[str, str]:
+    """OpenCL C source of `spec`'s kernel and the kernel's name."""
+    name = kernel_name(spec)
+    key, body = _KEYS[spec.dtype]
+    t = dt.CL_NAME[spec.dtype]
+    src = []
+    if spec.dtype == dt.float64:
+        src.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+    src += [
+        f"typedef {t} T;",
+        f"typedef {key} KEY;",
+        f"#define KEY_MAX (({key})~({key})0)",
+        f"#define IS_NAN(v) {'isnan(v)' if dt.is_float(spec.dtype) else '0'}",
+        f"#define WRITE_VALUES {int(spec.values)}",
+        f"#define WRITE_INDICES {int(spec.indices)}",
+        f"KEY raw_key(const T v)\n{{{body}\n}}",
+        _COMMON,
+        (_TILES if spec.stage == "tiles" else _MERGE).replace("NAME", name),
+    ]
+    return "\n".join(src), name

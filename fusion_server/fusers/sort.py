@@ -1,0 +1,143 @@
+"""The plan that sorts rows on the device: one tile kernel, then merge passes for long rows.
+
+No fuser takes a SortOp, so it runs alone, in its place in the stream: the block before
+it is launched first and later ops read its outputs like any tensor. Every launch is
+recorded (kind "sort"), so `inspect()` counts the passes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyopencl as cl
+
+from ..codegen import sort as sg
+from ..errors import FusionError
+from ..ir import SortOp, size_of
+from .elementwise import fail_on_failed_inputs
+
+if TYPE_CHECKING:
+    from ..handles import Entry
+    from ..server import FusionServer
+
+# Work-items per work-group of the tile kernel; each sorts two pairs, so a tile holds
+# twice as many. On a GPU, 512 items keep a tile of 1024 pairs (8 to 12 KiB of local
+# memory) on one compute unit with room for several groups, and a 1024-element row
+# needs no merge pass. A CPU runs a work-group as a loop on one core between barriers:
+# bigger groups amortize the barriers, and 2048 pairs (16 to 24 KiB) stay in its caches.
+TILE_ITEMS = {"GPU": 512}
+TILE_ITEMS_OTHER = 1024
+# Merged pairs per work-item of a merge pass: a binary search starts each chunk, so longer
+# chunks search less; a GPU wants many short ones for parallelism, a CPU few long ones.
+MERGE_CHUNK = {"GPU": 8}
+MERGE_CHUNK_OTHER = 32
+MAX_ROW = 1 << 30  # positions and run bounds are 32-bit ints in the kernels
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(n, 1).bit_length() - 1)
+
+
+def _pow2_ceil(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def check_rows(entry: Entry) -> None:
+    """Raise unless `entry`'s rows are C-ordered (size-1 dimensions aside)."""
+    expected = 1
+    for n, s in zip(reversed(entry.ir.shape), reversed(entry.strides)):
+        if n != 1 and s != expected:
+            raise FusionError(f"sort input {entry.ir.id} is not in C order (strides {entry.strides})")
+        expected *= n
+
+
+class SortPlan:
+    """Sorts every row of the op's input; see `codegen/sort.py` for the kernels."""
+
+    kind = "sort"
+
+    def __init__(self, op: SortOp):
+        self.ops = [op]
+        self.op = op
+
+    def execute(self, server: FusionServer) -> None:
+        op = self.op
+        entries = server.handles.entries
+        src = entries[op.input]
+        outs = [entries[o.id] for o in op.outputs]
+        if fail_on_failed_inputs(server, "sort", self.ops, [src], outs):
+            return
+        shape = src.ir.shape
+        n = shape[-1] if shape else 1
+        rows = size_of(shape) // n if n else 0
+        if n > MAX_ROW:
+            raise FusionError(f"rows of {n} elements are longer than the sort supports ({MAX_ROW})")
+        values = op.name == "sort"
+        tiles_spec = sg.SortSpec("sort", "tiles", src.ir.dtype, values, not values)
+        merge_spec = tiles_spec._replace(stage="merge")
+        tiles = server.kernel_for(tiles_spec)  # both built before anything changes (NeedsCompile)
+        merge = server.kernel_for(merge_spec)
+        for e in outs:
+            server.allocate(e.storage)
+        if rows == 0 or n == 0:
+            server.mark_ready([e.storage for e in outs])
+            return
+        check_rows(src)
+        result = outs[0].storage.buffer
+        out_values, out_indices = (result, None) if values else (None, result)
+        device = server.info.device
+        kbytes = sg.key_bytes(src.ir.dtype)
+
+        # The tile kernel: segments of a power of two no longer than a tile.
+        most = TILE_ITEMS.get(server.info.kind, TILE_ITEMS_OTHER)
+        most = min(most, tiles.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device),
+                   device.local_mem_size // (2 * (kbytes + 4)))
+        most = _pow2_floor(most)
+        seg = min(_pow2_ceil(n), 2 * most)
+        per_row = _ceil_div(n, seg)
+        # Few short rows need no big work-group: a tile of at least one segment is enough.
+        items = max(seg // 2, min(most, _pow2_ceil(rows * per_row * seg) // 2), 1)
+        n_tiles = _ceil_div(rows * per_row * seg, 2 * items)
+        final = per_row == 1
+        pool = server.runtime.pool
+        scratch = []
+        if not final:
+            size = rows * n
+            scratch = [(pool.alloc(size * kbytes), pool.alloc(size * 4)) for _ in range(2)]
+        keys, idx = scratch[0] if scratch else (None, None)
+        in_off = np.int64(src.offset)
+        args = [src.storage.buffer, in_off, np.int32(rows), np.int32(n), np.int32(seg),
+                np.int32(op.descending), np.int32(final), keys, idx, out_values, out_indices,
+                cl.LocalMemory(2 * items * kbytes), cl.LocalMemory(2 * items * 4)]
+        self._launch(server, tiles, n_tiles * items, items, args)
+
+        # Merge passes: runs of `seg` pairs double until one covers the row.
+        most = _pow2_floor(min(server.runtime.local_size,
+                               merge.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device)))
+        run, k = seg, 0
+        while run < n:
+            (k_in, i_in), (k_out, i_out) = scratch[k % 2], scratch[(k + 1) % 2]
+            last = 2 * run >= n
+            chunk = min(MERGE_CHUNK.get(server.info.kind, MERGE_CHUNK_OTHER), 2 * run)  # a power of two
+            per_row = _ceil_div(n, chunk)
+            local = min(most, _pow2_ceil(per_row))  # a short row's work-group is no wider than it
+            groups = rows * _ceil_div(per_row, local)
+            args = [k_in, i_in, np.int32(rows), np.int32(n), np.int32(run), np.int32(chunk), np.int32(last),
+                    k_out, i_out, src.storage.buffer, in_off, out_values, out_indices]
+            self._launch(server, merge, groups * local, local, args)
+            run, k = 2 * run, k + 1
+        # The in-order queue runs the passes before any later use of these buffers.
+        for k_buf, i_buf in scratch:
+            pool.free(k_buf, rows * n * kbytes)
+            pool.free(i_buf, rows * n * 4)
+        server.mark_ready([e.storage for e in outs])
+
+    def _launch(self, server: FusionServer, kernel: cl.Kernel, global_size: int, local: int, args: list) -> None:
+        event = kernel(server.runtime.queue, (global_size,), (local,), *args)
+        server.note_launch("sort", [self.op.name], len(args), kernel.function_name, global_size, event)
+

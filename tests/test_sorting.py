@@ -1,0 +1,247 @@
+"""sort and argsort on the device, unique_* and nonzero, against numpy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import clients
+from fusion_server.fusers.sort import TILE_ITEMS, TILE_ITEMS_OTHER
+from tests.conftest import settle
+
+FP64 = clients.client_for().fp64
+DTYPES = [np.bool_, np.int32, np.int64, np.float32] + ([np.float64] if FP64 else [])
+# Row lengths: empty, one, odd, a power of two, and longer than a tile (merge passes).
+SHAPES = [(0,), (1,), (7,), (64,), (3, 1000), (2, 3000), (1, 20000), (5, 0), (0, 4), (4, 1), (2, 3, 33)]
+
+
+def data(shape, dtype, seed=0):
+    """Values with many ties; floats also get NaNs and both signed zeros."""
+    rng = np.random.default_rng(seed)
+    a = np.array(rng.integers(-4, 5, shape), dtype)  # an array even for shape ()
+    if np.dtype(dtype).kind == "f":
+        a *= 0.5
+        a[rng.random(shape) < 0.1] = np.nan
+        a[rng.random(shape) < 0.1] = -0.0
+        a[rng.random(shape) < 0.05] = -np.inf
+    return a
+
+
+def np_argsort(a, axis=-1, descending=False):
+    """numpy's stable argsort; descending sorts the negated keys, so equal elements keep
+    their order and NaNs stay last (~ reverses ints and bools without overflow)."""
+    if descending:
+        a = -a if a.dtype.kind == "f" else ~a
+    return np.argsort(a, axis=axis, kind="stable")
+
+
+def np_sort(a, axis=-1, descending=False):
+    return np.take_along_axis(a, np_argsort(a, axis, descending), axis)
+
+
+def check(x, a, axis=-1, descending=False):
+    got_values = clients.sort(x, axis=axis, descending=descending)
+    got_indices = clients.argsort(x, axis=axis, descending=descending)
+    assert got_values.dtype == a.dtype and got_indices.dtype == np.int64
+    assert got_values.shape == a.shape == got_indices.shape
+    # Bit-exact: NaNs in place, and each signed zero where numpy's stable order puts it.
+    np.testing.assert_array_equal(got_values.numpy().view(np.uint8), np_sort(a, axis, descending).view(np.uint8))
+    np.testing.assert_array_equal(got_indices.numpy(), np_argsort(a, axis, descending))
+
+
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_sort_and_argsort_match_numpy(dtype, descending):
+    for k, shape in enumerate(SHAPES):
+        a = data(shape, dtype, seed=k)
+        check(clients.asarray(a), a, descending=descending)
+
+
+def test_axis_arguments_including_negative():
+    a = data((4, 5, 6), np.float32, seed=1)
+    x = clients.asarray(a)
+    for axis in (0, 1, 2, -1, -2, -3):
+        check(x, a, axis=axis)
+        check(x, a, axis=axis, descending=True)
+
+
+def test_non_contiguous_inputs():
+    a = data((40, 30), np.int32, seed=2)
+    x = clients.asarray(a)
+    views = {
+        "transposed": (x.T, a.T),
+        "stepped": (x[::2, 1::3], a[::2, 1::3]),
+        "offset": (x[3:], a[3:]),
+        "reversed": (x[::-1, ::-2], a[::-1, ::-2]),
+        "broadcast": (clients.broadcast_to(x[:1], (3, 30)), np.broadcast_to(a[:1], (3, 30))),
+    }
+    for view, host in views.values():
+        for axis in (0, -1):
+            check(view, np.ascontiguousarray(host), axis=axis)
+
+
+def test_stability_with_many_ties():
+    a = np.random.default_rng(3).integers(0, 3, 9000).astype(np.float32)
+    x = clients.asarray(a)
+    for descending in (False, True):
+        got = clients.argsort(x, descending=descending).numpy()
+        np.testing.assert_array_equal(got, np_argsort(a, descending=descending))
+        # Within each run of equal keys the positions increase: the order is stable.
+        keys = a[got]
+        same = keys[1:] == keys[:-1]
+        assert np.all(np.diff(got)[same] > 0)
+    flags = np.arange(5000) % 7 == 0
+    np.testing.assert_array_equal(clients.argsort(clients.asarray(flags)).numpy(), np.argsort(flags, kind="stable"))
+
+
+def test_nans_go_last_in_both_directions():
+    a = np.array([np.nan, 1.0, -np.inf, np.nan, 3.0, -2.0, np.inf, np.nan, 1.0], np.float32)
+    x = clients.asarray(a)
+    up = clients.sort(x).numpy()
+    down = clients.sort(x, descending=True).numpy()
+    np.testing.assert_array_equal(up, [-np.inf, -2, 1, 1, 3, np.inf, np.nan, np.nan, np.nan])
+    np.testing.assert_array_equal(down, [np.inf, 3, 1, 1, -2, -np.inf, np.nan, np.nan, np.nan])
+    np.testing.assert_array_equal(clients.argsort(x, descending=True).numpy(), [6, 4, 1, 8, 5, 2, 0, 3, 7])
+
+
+def test_signed_zeros_are_equal_keys():
+    a = np.array([0.0, -0.0, 0.0, -0.0, -1.0], np.float32)
+    x = clients.asarray(a)
+    np.testing.assert_array_equal(clients.argsort(x).numpy(), [4, 0, 1, 2, 3])
+    np.testing.assert_array_equal(np.signbit(clients.sort(x).numpy()), [True, False, True, False, True])
+    np.testing.assert_array_equal(clients.argsort(x, descending=True).numpy(), [0, 1, 2, 3, 4])
+
+
+def test_extreme_values():
+    for dtype in (np.int32, np.int64):
+        info = np.iinfo(dtype)
+        a = np.array([0, info.max, info.min, -1, info.min, 1, info.max], dtype)
+        check(clients.asarray(a), a)
+        check(clients.asarray(a), a, descending=True)
+
+
+def tile_pairs() -> int:
+    kind = clients.client_for().server.info.kind
+    return 2 * TILE_ITEMS.get(kind, TILE_ITEMS_OTHER)
+
+
+def test_kernels_of_a_sorted_fused_expression():
+    a = data((1000,), np.float32, seed=4)
+    x = clients.asarray(a)
+    with clients.inspect() as rec:
+        got = (clients.sort(clients.exp(x) + 1.0) * 2.0).numpy()
+    np.testing.assert_allclose(got, np.sort(np.exp(a) + 1) * 2, rtol=1e-6)
+    # exp and add fuse into one kernel that writes the rows; a row of 1000 fits one tile
+    # of the sort, so one sort kernel; the multiply after it is a kernel of its own.
+    assert [(k.kind, k.ops) for k in rec.kernels] == [
+        ("elementwise", ["exp", "add"]), ("sort", ["sort"]), ("elementwise", ["multiply"])]
+
+    # A row longer than a tile: one tile kernel, then one merge pass per doubling of the
+    # sorted runs until a run covers the row.
+    n = 5 * tile_pairs() // 2
+    b = data((n,), np.float32, seed=5)
+    with clients.inspect() as rec:
+        got = clients.argsort(clients.exp(clients.asarray(b)) + 1.0).numpy()
+    np.testing.assert_array_equal(got, np_argsort(np.exp(b) + np.float32(1)))
+    passes = math.ceil(math.log2(n / tile_pairs()))
+    assert passes == 2
+    assert [k.kind for k in rec.kernels] == ["elementwise"] + ["sort"] * (1 + passes)
+
+
+def test_scratch_buffers_go_back_to_the_pool(baseline):
+    x = clients.asarray(data((3, 3 * tile_pairs()), np.float32))
+    with clients.inspect() as rec:
+        y = clients.argsort(x)
+        y.numpy()
+    assert [k.kind for k in rec.kernels] == ["sort"] * 3  # merge passes used scratch buffers
+    del x, y
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
+
+
+def test_bad_input_raises_and_the_server_stays_usable():
+    x = clients.asarray(data((3, 4), np.float32))
+    with pytest.raises(np.exceptions.AxisError, match="axis 2 is out of bounds"):
+        clients.sort(x, axis=2)
+    with pytest.raises(np.exceptions.AxisError, match="axis -3"):
+        clients.argsort(x, axis=-3)
+    with pytest.raises(np.exceptions.AxisError):
+        clients.sort(clients.asarray(np.float32(1.0)))
+    with pytest.raises(TypeError, match="axis must be an int"):
+        clients.sort(x, axis=1.0)
+    with pytest.raises(TypeError, match="axis must be an int"):
+        clients.sort(x, axis=(0, 1))
+    with pytest.raises(TypeError, match="descending must be a bool"):
+        clients.sort(x, descending="yes")
+    with pytest.raises(TypeError, match="takes a tensor"):
+        clients.argsort("3, 1, 2")
+    with pytest.raises(TypeError):
+        clients.sort(x, -1)  # axis is keyword-only, as the standard says
+
+    def launch(queue, inputs, outputs):
+        raise RuntimeError("producer exploded")
+
+    boom = clients.custom.kernel("boom_before_sort", launch, outputs=lambda t: [(t.shape, t.dtype)])
+    failed = clients.sort(boom(x))
+    with pytest.raises(clients.TensorFailedError, match="producer exploded"):
+        failed.numpy()
+    a = data((3, 4), np.float32, seed=6)
+    check(clients.asarray(a), a)
+
+
+def np_unique(a):
+    return np.unique(a.reshape(-1), return_index=True, return_inverse=True, return_counts=True, equal_nan=False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_unique_functions_match_numpy(dtype):
+    for k, shape in enumerate([(0,), (1,), (50,), (6, 7), (2, 0, 3), ()]):
+        a = data(shape, dtype, seed=10 + k)
+        x = clients.asarray(a)
+        values, index, inverse, counts = np_unique(a)
+        reads = clients.stats()["reads"]
+        everything = clients.unique_all(x)
+        assert clients.stats()["reads"] == reads + 1  # one read of x; the rest on the host
+        assert type(everything).__name__ == "UniqueAllResult"
+        assert everything._fields == ("values", "indices", "inverse_indices", "counts")
+        assert all(isinstance(t, clients.Tensor) for t in everything)
+        np.testing.assert_array_equal(everything.values.numpy(), values)
+        np.testing.assert_array_equal(everything.indices.numpy(), index)
+        np.testing.assert_array_equal(everything.inverse_indices.numpy(), inverse.reshape(shape))
+        np.testing.assert_array_equal(everything.counts.numpy(), counts)
+        assert everything.indices.dtype == everything.counts.dtype == np.int64
+        assert everything.inverse_indices.shape == a.shape
+        np.testing.assert_array_equal(clients.unique_values(x).numpy(), values)
+        vc = clients.unique_counts(x)
+        assert vc._fields == ("values", "counts")
+        np.testing.assert_array_equal(vc.counts.numpy(), counts)
+        vi = clients.unique_inverse(x)
+        assert vi._fields == ("values", "inverse_indices")
+        np.testing.assert_array_equal(vi.inverse_indices.numpy(), inverse.reshape(shape))
+
+
+def test_each_nan_is_its_own_unique_value():
+    a = np.array([np.nan, 1.0, np.nan, 1.0, -0.0, 0.0], np.float32)
+    got = clients.unique_counts(clients.asarray(a))
+    np.testing.assert_array_equal(got.values.numpy(), [0.0, 1.0, np.nan, np.nan])
+    np.testing.assert_array_equal(got.counts.numpy(), [2, 2, 1, 1])
+
+
+def test_nonzero():
+    for k, shape in enumerate([(0,), (9,), (4, 5), (2, 3, 4), (3, 0)]):
+        for dtype in DTYPES:
+            a = data(shape, dtype, seed=20 + k)
+            got = clients.nonzero(clients.asarray(a))
+            want = np.nonzero(a)
+            assert len(got) == len(want) == a.ndim
+            for g, w in zip(got, want):
+                assert g.dtype == np.int64
+                np.testing.assert_array_equal(g.numpy(), w)
+    a = data((6, 8), np.int64)
+    view = clients.asarray(a)[1::2, ::-3]
+    for g, w in zip(clients.nonzero(view), np.nonzero(a[1::2, ::-3])):
+        np.testing.assert_array_equal(g.numpy(), w)
+    with pytest.raises(ValueError, match="0-d"):
+        clients.nonzero(clients.asarray(1.0))
