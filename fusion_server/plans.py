@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .handles import PENDING
-from .ir import ElementwiseOp, MatmulOp, OperationIr, ReduceOp
+from .ir import ElementwiseOp, MatmulOp, OperationIr, ReduceOp, SortOp
 
 # What ended a block when no op did: a flush (a read, a sync, a thread's end).
 FLUSH = ("flush",)
@@ -142,6 +142,14 @@ class BlockSigner:
         elif kind is MatmulOp:
             out = op.out
             sig = ("matmul", self._ref(op.a), self._ref(op.b), op.compute, out.dtype, self.shape(out.shape))
+        elif kind is SortOp:
+            outs = op.outputs
+            sig = ("sort", op.name, self._ref(op.input), op.descending,
+                   tuple((o.dtype, self.shape(o.shape)) for o in outs))
+            for k, o in enumerate(outs):
+                self.refs[o.id] = (self.count, k)  # (op, output): which output a reader reads
+            self.count += 1
+            return sig
         else:
             return None
         self.refs[out.id] = self.count
