@@ -80,7 +80,7 @@ _UNARY = (
 _BINARY = (
     "add subtract multiply divide floor_divide remainder pow maximum minimum atan2 hypot "
     "copysign logaddexp equal not_equal less less_equal greater greater_equal logical_and "
-    "logical_or logical_xor bitwise_and bitwise_or bitwise_xor"
+    "logical_or logical_xor bitwise_and bitwise_or bitwise_xor bitwise_left_shift bitwise_right_shift"
 ).split()
 for _name in _UNARY:
     globals()[_name] = _f._unary_fn(_name)
