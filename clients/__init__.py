@@ -67,7 +67,9 @@ from ._functions import (
     zeros,
     zeros_like,
 )
+from ._indexing import take
 from ._linalg import matmul
+from ._manipulation import meshgrid, roll, tensordot
 from ._reductions import argmax, argmin, max, mean, min, prod, sum
 from .devices import Device, client_for, default_device, devices
 from .tensor import Tensor
@@ -124,7 +126,7 @@ def set_mode(mode: str, device: Any = None) -> None:
 __all__ = [
     "custom", "from_cl", "matmul", "resolve", "__array_api_version__", "all", "any", "can_cast", "concat", "eye",
     "finfo", "flip", "iinfo", "isdtype", "linspace", "matrix_transpose", "result_type", "stack", "std", "tril", "triu",
-    "var", "vecdot", "argmax", "argmin", "max", "mean", "min", "prod", "sum",
+    "var", "vecdot", "take", "meshgrid", "roll", "tensordot", "argmax", "argmin", "max", "mean", "min", "prod", "sum",
     "Device", "DeviceError", "DeviceMemoryError", "DroppedTensorError", "FusionError",
     "ReentrancyError", "Tensor", "TensorFailedError", "arange", "asarray", "astype", "bool",
     "broadcast_shapes", "broadcast_to", "client_for", "clip", "default_device", "devices",
