@@ -93,12 +93,11 @@ class _Mask(NamedTuple):
     host: np.ndarray  # a boolean index's values, read to the host
 
 
-def _select(x: Tensor, key: Any, trusted: bool = False) -> _Selection:
+def _select(x: Tensor, key: Any) -> _Selection:
     """Parse a key with numpy's rules and check its indices against x's shape.
 
     Masks become their `nonzero()` indices (read on the host). Host indices are checked
-    on the host; device index tensors with one fused reduction whose result is read,
-    unless `trusted` (indices this module computed itself).
+    on the host; device index tensors with one fused reduction whose result is read.
     """
     key = tuple(_Mask(m) if (m := _as_mask(k)) is not None else k
                 for k in (key if isinstance(key, tuple) else (key,)))
@@ -130,7 +129,7 @@ def _select(x: Tensor, key: Any, trusted: bool = False) -> _Selection:
             adv.append(d)
             arrays.append(k)
     region_shape, _, _ = F.basic_layout(x.shape, contiguous_strides(x.shape), 0, tuple(basic))
-    indices = [_index_on_device(a, region_shape[d], _x_axis(items, i), x, trusted)
+    indices = [_index_on_device(a, region_shape[d], _x_axis(items, i), x)
                for i, (a, d) in enumerate(zip(arrays, adv))]
     try:
         b_shape = F.broadcast_shapes(*(t.shape for t in indices)) if indices else ()
@@ -168,12 +167,12 @@ def _x_axis(items: list, i: int) -> int:
     return axis
 
 
-def _index_on_device(index: Tensor | np.ndarray, n: int, axis: int, x: Tensor, trusted: bool) -> Tensor:
+def _index_on_device(index: Tensor | np.ndarray, n: int, axis: int, x: Tensor) -> Tensor:
     """`index` checked against an axis of size n, as a tensor on x's device."""
     if type(index) is Tensor:
         if index._client is not x._client:
             F._client_of((x, index))  # raises, naming both devices
-        if not trusted and index.size and _any_outside(index, n):
+        if index.size and _any_outside(index, n):
             raise IndexError(f"an index in the index tensor is out of bounds for axis {axis} with size {n}")
         return index
     if index.size:
