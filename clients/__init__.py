@@ -67,7 +67,9 @@ from ._functions import (
     zeros,
     zeros_like,
 )
+from ._indexing import take
 from ._linalg import matmul
+from ._manipulation import meshgrid, roll, tensordot
 from ._reductions import argmax, argmin, max, mean, min, prod, sum
 from ._sorting import (
     UniqueAllResult,
@@ -92,7 +94,7 @@ _UNARY = (
 _BINARY = (
     "add subtract multiply divide floor_divide remainder pow maximum minimum atan2 hypot "
     "copysign logaddexp equal not_equal less less_equal greater greater_equal logical_and "
-    "logical_or logical_xor bitwise_and bitwise_or bitwise_xor"
+    "logical_or logical_xor bitwise_and bitwise_or bitwise_xor bitwise_left_shift bitwise_right_shift"
 ).split()
 for _name in _UNARY:
     globals()[_name] = _f._unary_fn(_name)
@@ -136,7 +138,7 @@ def set_mode(mode: str, device: Any = None) -> None:
 __all__ = [
     "custom", "from_cl", "matmul", "resolve", "__array_api_version__", "all", "any", "can_cast", "concat", "eye",
     "finfo", "flip", "iinfo", "isdtype", "linspace", "matrix_transpose", "result_type", "stack", "std", "tril", "triu",
-    "var", "vecdot", "argmax", "argmin", "max", "mean", "min", "prod", "sum",
+    "var", "vecdot", "take", "meshgrid", "roll", "tensordot", "argmax", "argmin", "max", "mean", "min", "prod", "sum",
     "UniqueAllResult", "UniqueCountsResult", "UniqueInverseResult", "argsort", "nonzero", "sort", "unique_all",
     "unique_counts", "unique_inverse", "unique_values",
     "Device", "DeviceError", "DeviceMemoryError", "DroppedTensorError", "FusionError",

@@ -558,45 +558,59 @@ def broadcast_to(x: Tensor, shape: Any) -> Tensor:
 
 def getitem(x: Tensor, key: Any) -> Tensor:
     """Basic indexing: ints, slices (any step), None and Ellipsis; a view, no copy."""
+    shape, strides, offset = basic_layout(x.shape, x.strides_elements, x._offset, key)
+    return _view(x, shape, strides, offset)
+
+
+def expand_ellipsis(key: Any, ndim: int, dims_of: Any = None) -> tuple:
+    """`key` as a tuple with its ellipsis (or the trailing dimensions it leaves out) spelled
+    out as full slices. `dims_of(k)` is how many dimensions item k indexes (default 1;
+    None and ... index none); IndexError for two ellipses or too many indices."""
     if not isinstance(key, tuple):
         key = (key,)
-    for k in key:
+    if sum(k is Ellipsis for k in key) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    used = sum(0 if k is None or k is Ellipsis else 1 if dims_of is None else dims_of(k) for k in key)
+    if used > ndim:
+        raise IndexError(f"too many indices: {used} for a tensor of {ndim} dimensions")
+    # Identity, not `in` / `index`: those compare with ==, which is element-wise on tensors.
+    for i, k in enumerate(key):
+        if k is Ellipsis:
+            return key[:i] + (slice(None),) * (ndim - used) + key[i + 1:]
+    return key + (slice(None),) * (ndim - used)
+
+
+def basic_layout(
+    x_shape: tuple[int, ...], strides: tuple[int, ...], offset: int, key: Any
+) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """The layout (shape, strides, offset in elements) that basic key `key` selects from
+    the layout given; IndexError for keys that are not basic or out of bounds."""
+    for k in key if isinstance(key, tuple) else (key,):
         if not (k is None or k is Ellipsis or isinstance(k, (slice, int, np.integer))):
             raise IndexError(
                 f"only integers, slices, None and ... index a tensor here, not {type(k).__name__}"
             )
-    if sum(k is Ellipsis for k in key) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    used = sum(1 for k in key if k is not None and k is not Ellipsis)
-    if used > x.ndim:
-        raise IndexError(f"too many indices: {used} for a tensor of {x.ndim} dimensions")
-    if Ellipsis in key:
-        i = key.index(Ellipsis)
-        key = key[:i] + (slice(None),) * (x.ndim - used) + key[i + 1:]
-    else:
-        key = key + (slice(None),) * (x.ndim - used)
-    shape: list[int] = []
-    strides: list[int] = []
-    offset = x._offset
-    st = x.strides_elements
+    key = expand_ellipsis(key, len(x_shape))
+    out_shape: list[int] = []
+    out_strides: list[int] = []
     dim = 0
     for k in key:
         if k is None:
-            shape.append(1)
-            strides.append(0)
+            out_shape.append(1)
+            out_strides.append(0)
             continue
-        n = x.shape[dim]
+        n = x_shape[dim]
         if isinstance(k, slice):
             start, stop, step = k.indices(n)
             count = len(range(start, stop, step))
             if count:
-                offset += start * st[dim]
-            shape.append(count)
-            strides.append(st[dim] * step)
+                offset += start * strides[dim]
+            out_shape.append(count)
+            out_strides.append(strides[dim] * step)
         else:
             i = operator.index(k)
             if not -n <= i < n:
                 raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n}")
-            offset += (i % n) * st[dim]
+            offset += (i % n) * strides[dim]
         dim += 1
-    return _view(x, tuple(shape), tuple(strides), offset)
+    return tuple(out_shape), tuple(out_strides), offset

@@ -119,6 +119,10 @@ class Tensor:
         return self._client.read(self._id)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """The values as a numpy array (numpy 2's protocol). They live on the device, so
+        this always copies: copy=False raises ValueError, as the protocol asks."""
+        if copy is False:
+            raise ValueError("a tensor's values live on the device: a numpy array of them is always a copy")
         out = self.numpy()
         return out if dtype is None else out.astype(dtype, copy=False)
 
@@ -168,6 +172,10 @@ class Tensor:
     def __ror__(self, o): return F.binary("bitwise_or", o, self)
     def __xor__(self, o): return F.binary("bitwise_xor", self, o)
     def __rxor__(self, o): return F.binary("bitwise_xor", o, self)
+    def __lshift__(self, o): return F.binary("bitwise_left_shift", self, o)
+    def __rlshift__(self, o): return F.binary("bitwise_left_shift", o, self)
+    def __rshift__(self, o): return F.binary("bitwise_right_shift", self, o)
+    def __rrshift__(self, o): return F.binary("bitwise_right_shift", o, self)
     def __lt__(self, o): return F.binary("less", self, o)
     def __le__(self, o): return F.binary("less_equal", self, o)
     def __gt__(self, o): return F.binary("greater", self, o)
@@ -185,7 +193,28 @@ class Tensor:
     __hash__ = None  # type: ignore[assignment]  # == is element-wise, as in numpy
 
     def __getitem__(self, key) -> Tensor:
-        return F.getitem(self, key)
+        return I.getitem(self, key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """`x[key] = value`, a functional update: x is rebound to a new value computed on
+        the device; other tensors viewing x's old buffer keep their values (see
+        `clients._indexing.setitem`)."""
+        I.setitem(self, key, value)
+
+    # In-place operators rebind the handle; the result must keep x's shape and dtype.
+    def __iadd__(self, o): return I.inplace("add", self, o)
+    def __isub__(self, o): return I.inplace("subtract", self, o)
+    def __imul__(self, o): return I.inplace("multiply", self, o)
+    def __itruediv__(self, o): return I.inplace("divide", self, o)
+    def __ifloordiv__(self, o): return I.inplace("floor_divide", self, o)
+    def __imod__(self, o): return I.inplace("remainder", self, o)
+    def __ipow__(self, o): return I.inplace("pow", self, o)
+    def __iand__(self, o): return I.inplace("bitwise_and", self, o)
+    def __ior__(self, o): return I.inplace("bitwise_or", self, o)
+    def __ixor__(self, o): return I.inplace("bitwise_xor", self, o)
+    def __ilshift__(self, o): return I.inplace("bitwise_left_shift", self, o)
+    def __irshift__(self, o): return I.inplace("bitwise_right_shift", self, o)
+    def __imatmul__(self, o): return I.inplace_matmul(self, o)
 
     # -- methods --------------------------------------------------------------------------
     def astype(self, dtype: Any, copy: bool = True) -> Tensor:
@@ -211,4 +240,5 @@ def _state_of(server, tid: int) -> str:
 
 
 from . import _functions as F  # noqa: E402  (functions need Tensor; methods need functions)
+from . import _indexing as I  # noqa: E402, E741
 from . import _linalg as L  # noqa: E402

@@ -31,6 +31,7 @@ OPS: dict[str, OpInfo] = {
     **_ops("compare", 2, "equal not_equal less less_equal greater greater_equal"),
     **_ops("logical", 2, "logical_and logical_or logical_xor"),
     **_ops("bitwise", 2, "bitwise_and bitwise_or bitwise_xor"),
+    **_ops("integer", 2, "bitwise_left_shift bitwise_right_shift"),
     **_ops("logical", 1, "logical_not"),
     **_ops("bitwise", 1, "bitwise_invert"),
     **_ops(
@@ -88,6 +89,10 @@ def resolve(name: str, in_dtypes: tuple[np.dtype, ...]) -> tuple[np.dtype, np.dt
     if rule == "bitwise":
         if dt.is_float(d):
             raise TypeError(f"{name} needs integer or bool tensors, got {d.name}")
+        return d, d
+    if rule == "integer":
+        if not dt.is_int(d):
+            raise TypeError(f"{name} needs integer tensors, got {d.name}")
         return d, d
     if rule == "rounding":
         return d, d

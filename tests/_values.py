@@ -35,6 +35,8 @@ FLOAT_BINARY = frozenset("divide atan2 hypot copysign logaddexp".split())
 NO_BOOL = frozenset("subtract floor_divide remainder pow square negative sign".split())
 # Only defined on integers and bools.
 BITWISE = frozenset("bitwise_and bitwise_or bitwise_xor bitwise_invert".split())
+# Only defined on integers (numpy upcasts bools to int8; the library refuses them).
+SHIFTS = frozenset("bitwise_left_shift bitwise_right_shift".split())
 # Results whose sign of zero numpy specifies and the tests check.
 SIGNED_ZERO_OPS = frozenset(
     "negative positive abs copysign floor ceil trunc round floor_divide remainder multiply".split()
@@ -45,7 +47,9 @@ def accepts(name: str, dtype: np.dtype) -> bool:
     """Whether op `name` takes operands of `dtype` (after promotion)."""
     if dtype == BOOL and name in NO_BOOL:
         return False
-    if dtype.kind == "f" and name in BITWISE:
+    if dtype.kind == "f" and name in BITWISE | SHIFTS:
+        return False
+    if dtype == BOOL and name in SHIFTS:
         return False
     return True
 

@@ -249,6 +249,26 @@ def test_bitwise_operators():
     assert_tensor(~ta, ~a)
 
 
+@pytest.mark.parametrize("dtype", INTS, ids=lambda d: d.name)
+def test_shifts_follow_numpy_at_and_past_the_width(dtype):
+    bits = dtype.itemsize * 8
+    # Counts inside the width, at it, past it and negative, at scalar and vector widths.
+    a = np.resize(np.array([5, -5, 1, -1, 2**20, -(2**20)], dtype), 37)
+    b = np.resize(np.array([0, 1, bits - 1, bits, bits + 3, -1, -bits, 7, 100], dtype), 37)
+    ta, tb = clients.asarray(a), clients.asarray(b)
+    assert_tensor(ta << tb, np.left_shift(a, b))
+    assert_tensor(ta >> tb, np.right_shift(a, b))
+    assert_tensor(ta << 3, a << 3)
+    assert_tensor(3 >> tb, np.right_shift(dtype.type(3), b))
+    # int32 with int64 promotes first, as numpy does.
+    assert_tensor(clients.asarray(a.astype(INT32)) << clients.asarray(b.astype(INT64) % 8),
+                  np.left_shift(a.astype(INT32), b.astype(INT64) % 8))
+    with pytest.raises(TypeError, match="integer"):
+        clients.asarray([True]) << clients.asarray([True])
+    with pytest.raises(TypeError, match="integer"):
+        clients.bitwise_right_shift(clients.asarray([1.0]), 1)
+
+
 # -- promotion ----------------------------------------------------------------------------
 @pytest.mark.parametrize("da", DTYPES, ids=lambda d: d.name)
 @pytest.mark.parametrize("db", DTYPES, ids=lambda d: d.name)

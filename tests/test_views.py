@@ -169,10 +169,12 @@ def test_two_ellipses_raise():
         t[..., 1, ...]
 
 
-def test_non_basic_index_raises():
+def test_non_index_key_raises():
     _, t = _pair((4, 6))
-    with pytest.raises(IndexError):
-        t[[0, 1]]
+    with pytest.raises(IndexError, match="float64"):
+        t[[0.5, 1.0]]
+    with pytest.raises(IndexError, match="str"):
+        t["a"]
 
 
 # -- expand_dims, squeeze, broadcast_to -------------------------------------------------

@@ -158,6 +158,15 @@ def emit(
         return f"(({a}) {_BOOL_INFIX[name]} ({b}))", compute
     if name in _INFIX:
         return f"(({a}) {_INFIX[name]} ({b}))", compute
+    if name == "bitwise_left_shift" or name == "bitwise_right_shift":
+        # OpenCL takes the count modulo the width; numpy shifts every bit out instead:
+        # 0 for a left shift, the sign for a right one (negative counts count as huge).
+        zero = f"(({T})(0))"
+        in_range = f"(({b}) >= {zero}) & (({b}) < (({T})({compute.itemsize * 8})))"
+        if name == "bitwise_left_shift":
+            return pick(in_range, f"(({a}) << ({b}))", zero, width), compute
+        sign = pick(f"({a}) < {zero}", f"(({T})(-1))", zero, width)
+        return pick(in_range, f"(({a}) >> ({b}))", sign, width), compute
     if name == "maximum" or name == "minimum":
         if isf:
             op = ">" if name == "maximum" else "<"

@@ -1,0 +1,585 @@
+"""Indexing beyond views: assignment (`x[key] = value`), in-place operators, integer-array
+gathers, boolean masks and `take`.
+
+Tensors are immutable on the server, so assignment is a functional update: the new value
+is computed on the device and the handle is rebound to it (copy-on-write). Basic keys
+assign with one fused `where`; integer arrays read and write through one small device
+kernel (a gather or a scatter) that runs in stream order like any custom kernel.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyopencl as cl
+
+from fusion_server import dtypes as dt
+from fusion_server import opset
+from fusion_server.compiling import BUILD_OPTIONS
+from fusion_server.ir import contiguous_strides
+
+from . import _functions as F
+from .tensor import Tensor
+
+_PY_SCALARS = (bool, int, float)
+
+
+# -- keys -------------------------------------------------------------------------------------
+def _is_basic(key: Any) -> bool:
+    """Whether every item of `key` is an int, a slice, None or ... (a bool is a mask)."""
+    for k in key if isinstance(key, tuple) else (key,):
+        if k is None or k is Ellipsis or type(k) is slice:
+            continue
+        if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+            continue
+        return False
+    return True
+
+
+def _as_mask(k: Any) -> np.ndarray | None:
+    """k's values on the host when k is a boolean index (a tensor, array or list), else None.
+    A tensor mask is read: the shape of what it selects depends on its values."""
+    if type(k) is Tensor:
+        return k.numpy() if dt.is_bool(k.dtype) else None
+    if isinstance(k, (bool, np.bool_)):
+        raise IndexError("0-d boolean indices (x[True]) are not supported; use x[None] or a mask array")
+    if isinstance(k, (list, np.ndarray)):
+        host = np.asarray(k)
+        return host if host.dtype.kind == "b" else None
+    return None
+
+
+def _as_index(k: Any) -> Tensor | np.ndarray:
+    """An integer index array: a device tensor as it is, host data as an int64 array."""
+    if type(k) is Tensor:
+        if not dt.is_int(k.dtype):
+            raise IndexError(f"index tensors must have an integer or bool dtype, not {k.dtype.name}")
+        return k
+    if isinstance(k, (int, np.integer)):
+        return np.asarray(k, np.int64)
+    if isinstance(k, (list, tuple, np.ndarray)):
+        host = np.asarray(k)
+        if host.dtype.kind not in "iu" and not (host.size == 0 and host.dtype.kind == "f"):
+            raise IndexError(f"index arrays must have an integer or bool dtype, not {host.dtype}")
+        return host.astype(np.int64)
+    raise IndexError(
+        "only integers, slices, None, ..., integer arrays and boolean masks index a tensor, "
+        f"not {type(k).__name__}"
+    )
+
+
+class _Selection(NamedTuple):
+    """What an advanced key selects: the basic part as a view, then index arrays.
+
+    `basic` (index arrays replaced by full slices) selects a region of `region_shape`;
+    `adv` are the dimensions of that region the `indices` (broadcast to `b_shape`) pick
+    along. Each dimension of the result walks a region dimension (`region_map`) or an
+    index dimension (`b_map`); -1 where it walks none.
+    """
+
+    basic: tuple
+    region_shape: tuple[int, ...]
+    adv: tuple[int, ...]
+    indices: tuple[Tensor, ...]
+    out_shape: tuple[int, ...]
+    region_map: tuple[int, ...]
+    b_map: tuple[int, ...]
+
+
+class _Mask(NamedTuple):
+    host: np.ndarray  # a boolean index's values, read to the host
+
+
+def _select(x: Tensor, key: Any) -> _Selection:
+    """Parse a key with numpy's rules and check its indices against x's shape.
+
+    Masks become their `nonzero()` indices (read on the host). Host indices are checked
+    on the host; device index tensors with one fused reduction whose result is read.
+    """
+    key = tuple(_Mask(m) if (m := _as_mask(k)) is not None else k
+                for k in (key if isinstance(key, tuple) else (key,)))
+    expanded = F.expand_ellipsis(key, x.ndim, lambda k: k.host.ndim if type(k) is _Mask else 1)
+    items: list[Any] = []
+    axis = 0
+    for k in expanded:
+        if type(k) is _Mask:
+            m = k.host
+            if m.shape != x.shape[axis:axis + m.ndim]:
+                raise IndexError(
+                    f"boolean index of shape {m.shape} does not match the indexed dimensions "
+                    f"{tuple(range(axis, axis + m.ndim))} of shape {x.shape[axis:axis + m.ndim]}"
+                )
+            items.extend(m.nonzero())
+            axis += m.ndim
+        elif k is None:
+            items.append(None)
+        else:
+            items.append(k if type(k) is slice else _as_index(k))
+            axis += 1
+    # Every item but an int array adds a dimension to the region the basic part selects.
+    basic, adv, arrays = [], [], []
+    for d, k in enumerate(items):
+        if k is None or type(k) is slice:
+            basic.append(k)
+        else:
+            basic.append(slice(None))
+            adv.append(d)
+            arrays.append(k)
+    region_shape, _, _ = F.basic_layout(x.shape, contiguous_strides(x.shape), 0, tuple(basic))
+    indices = [_index_on_device(a, region_shape[d], _x_axis(items, i), x)
+               for i, (a, d) in enumerate(zip(arrays, adv))]
+    try:
+        b_shape = F.broadcast_shapes(*(t.shape for t in indices)) if indices else ()
+    except ValueError:
+        shapes = ", ".join(str(t.shape) for t in indices)
+        raise IndexError(f"index arrays of shapes {shapes} do not broadcast together") from None
+    indices = [F.broadcast_to(t, b_shape) if t.shape != b_shape else t for t in indices]
+    rest = [d for d in range(len(region_shape)) if d not in adv]
+    b_dims = list(range(len(b_shape)))
+    if not adv or adv == list(range(adv[0], adv[-1] + 1)):
+        # Adjacent index arrays replace their dimensions in place (numpy's rule) ...
+        before = [d for d in rest if not adv or d < adv[0]]
+        after = [d for d in rest if adv and d > adv[-1]]
+        region_map = before + [-1] * len(b_shape) + after
+        b_map = [-1] * len(before) + b_dims + [-1] * len(after)
+    else:  # ... separated ones put theirs first.
+        region_map = [-1] * len(b_shape) + rest
+        b_map = b_dims + [-1] * len(rest)
+    out_shape = tuple(b_shape[b] if b >= 0 else region_shape[r] for r, b in zip(region_map, b_map))
+    return _Selection(tuple(basic), region_shape, tuple(adv), tuple(indices), out_shape,
+                      tuple(region_map), tuple(b_map))
+
+
+def _x_axis(items: list, i: int) -> int:
+    """The axis of x that the i-th index array indexes (for error messages)."""
+    seen = axis = 0
+    for k in items:
+        if k is None:
+            continue
+        if type(k) is not slice:
+            if seen == i:
+                return axis
+            seen += 1
+        axis += 1
+    return axis
+
+
+def _index_on_device(index: Tensor | np.ndarray, n: int, axis: int, x: Tensor) -> Tensor:
+    """`index` checked against an axis of size n, as a tensor on x's device."""
+    if type(index) is Tensor:
+        if index._client is not x._client:
+            F._client_of((x, index))  # raises, naming both devices
+        if index.size and _any_outside(index, n):
+            raise IndexError(f"an index in the index tensor is out of bounds for axis {axis} with size {n}")
+        return index
+    if index.size:
+        bad = index[(index < -n) | (index >= n)]
+        if bad.size:
+            raise IndexError(f"index {int(bad.flat[0])} is out of bounds for axis {axis} with size {n}")
+    return F.asarray(index, device=x.device)
+
+
+def _any_outside(index: Tensor, n: int) -> bool:
+    """Whether any element of a device index lies outside [-n, n): one fused reduction, read."""
+    from ._array_api import any as any_
+
+    return bool(any_((index < -n) | (index >= n)))
+
+
+# -- the gather / scatter kernel ----------------------------------------------------------------
+_KERNELS: dict[tuple, cl.Kernel] = {}
+
+
+def _move_source(dtype: np.dtype, index_dtypes: tuple[np.dtype, ...], rank: int) -> str:
+    """OpenCL C for `dst[d] = src[s]` over an iteration space of `rank` dimensions.
+
+    Each work-item splits its flat index into coordinates; d and s are an offset plus
+    coordinate times stride per dimension, plus for each index array its value (negative
+    ones wrapped, then clamped into the axis so no read or write leaves the buffers)
+    times that axis's stride.
+    """
+    t = dt.CL_NAME[dtype]
+    k_range = range(len(index_dtypes))
+    params = [f"__global {t} *dst", "long dst_off", f"__global const {t} *src", "long src_off"]
+    for k, d in enumerate(index_dtypes):
+        params += [f"__global const {dt.CL_NAME[d]} *idx{k}", f"long idx{k}_off"]
+    params.append("long n")
+    for o in range(rank):
+        params += [f"long n{o}", f"long ds{o}", f"long ss{o}"] + [f"long is{k}_{o}" for k in k_range]
+    for k in k_range:
+        params += [f"long m{k}", f"long da{k}", f"long sa{k}"]
+    body = ["long g = (long)get_global_id(0);", "if (g >= n) return;", "long d = dst_off, s = src_off;"]
+    body += [f"long i{k} = idx{k}_off;" for k in k_range]
+    for o in reversed(range(rank)):
+        walk = "".join(f" i{k} += c * is{k}_{o};" for k in k_range)
+        body.append(f"{{ long c = g % n{o}; g /= n{o}; d += c * ds{o}; s += c * ss{o};{walk} }}")
+    for k in k_range:
+        body.append(f"{{ long v = (long)idx{k}[i{k}]; if (v < 0) v += m{k}; v = clamp(v, 0L, m{k} - 1);"
+                    f" d += v * da{k}; s += v * sa{k}; }}")
+    body.append("dst[d] = src[s];")
+    return "__kernel void move(" + ", ".join(params) + ") {\n  " + "\n  ".join(body) + "\n}\n"
+
+
+def _kernel(x: Tensor, indices: tuple[Tensor, ...], rank: int) -> cl.Kernel:
+    """The move kernel for x's dtype, the index dtypes and `rank`, built once per context
+    (here, before the op is queued, so no build happens under the server lock). One
+    kernel object serves every launch: launches run one at a time, under that lock."""
+    context = x._client.server.runtime.context
+    key = (context.int_ptr, x.dtype, tuple(t.dtype for t in indices), rank)
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        source = _move_source(x.dtype, key[2], rank)
+        program = cl.Program(context, source).build(options=list(BUILD_OPTIONS))
+        kernel = _KERNELS[key] = cl.Kernel(program, "move")
+    return kernel
+
+
+def _elements(a: Any) -> tuple[int, tuple[int, ...]]:
+    """A pyopencl array's offset and strides in elements."""
+    size = a.dtype.itemsize
+    return a.offset // size, tuple(s // size for s in a.strides)
+
+
+def _launch_move(queue, inputs, outputs, *, kernel, scatter, region_map, adv, b_map, region) -> None:
+    """Gather (`out = y[indices]`) or scatter (`out = old; out.y[indices] = value`), enqueued
+    only. `region` is the selected region's (shape, strides, offset) in the output for a
+    scatter; a gather reads it from its first input."""
+    out = outputs[0]
+    if scatter:  # walk the value; write through the region of the output
+        old, src, *indices = inputs
+        if old.size:  # the old values first (one run of elements), in queue order
+            cl.enqueue_copy(queue, out.base_data, old.base_data, byte_count=old.nbytes,
+                            src_offset=old.offset, dst_offset=out.offset)
+        region_shape, region_strides, dst_off = region
+        src_off, src_walk = _elements(src)
+        dst_walk = [region_strides[r] if r >= 0 else 0 for r in region_map]
+        dst_adv = [region_strides[a] for a in adv]
+        src_adv = [0] * len(adv)
+        sizes = [region_shape[a] for a in adv]
+        it_shape = src.shape
+    else:  # walk the output; read through the region (the first input)
+        src, *indices = inputs
+        src_off, y_strides = _elements(src)
+        dst_off, dst_walk = _elements(out)
+        src_walk = [y_strides[r] if r >= 0 else 0 for r in region_map]
+        dst_adv = [0] * len(adv)
+        src_adv = [y_strides[a] for a in adv]
+        sizes = [src.shape[a] for a in adv]
+        it_shape = out.shape
+    n = int(np.prod(it_shape, dtype=np.int64))
+    if n == 0:
+        return
+    i64 = np.int64
+    args: list[Any] = [out.base_data, i64(dst_off), src.base_data, i64(src_off)]
+    index_strides = []
+    for t in indices:
+        off, st = _elements(t)
+        args += [t.base_data, i64(off)]
+        index_strides.append(st)
+    args.append(i64(n))
+    for o, size in enumerate(it_shape):
+        args += [i64(size), i64(dst_walk[o]), i64(src_walk[o])]
+        args += [i64(st[b_map[o]] if b_map[o] >= 0 else 0) for st in index_strides]
+    for k in range(len(adv)):
+        args += [i64(sizes[k]), i64(dst_adv[k]), i64(src_adv[k])]
+    kernel(queue, (n,), None, *args)
+
+
+_move = None
+
+
+def _move_kernel():
+    global _move
+    if _move is None:
+        from . import custom
+
+        def outputs(*specs, scatter, out_shape, **_):
+            return [(specs[0].shape if scatter else out_shape, specs[0].dtype)]
+
+        def launch(queue, inputs, outputs, *, out_shape, **params):
+            _launch_move(queue, inputs, outputs, **params)
+
+        _move = custom.kernel("index", launch, outputs=outputs)
+    return _move
+
+
+def _gather(x: Tensor, sel: _Selection) -> Tensor:
+    y = F.getitem(x, sel.basic)
+    kernel = _kernel(x, sel.indices, len(sel.out_shape))
+    return _move_kernel()(y, *sel.indices, kernel=kernel, scatter=False, region_map=sel.region_map,
+                          adv=sel.adv, b_map=sel.b_map, region=None, out_shape=sel.out_shape)
+
+
+def _scatter(x: Tensor, sel: _Selection, value: Tensor) -> Tensor:
+    """x with `value` (already of x's dtype and the selection's shape) written into it."""
+    from ._array_api import _contiguous
+
+    region = F.basic_layout(x.shape, contiguous_strides(x.shape), 0, sel.basic)
+    kernel = _kernel(x, sel.indices, len(sel.out_shape))
+    # The old value is copied whole into the result, so it must be one run of elements.
+    old = _contiguous(x)
+    return _move_kernel()(old, value, *sel.indices, kernel=kernel, scatter=True, region_map=sel.region_map,
+                          adv=sel.adv, b_map=sel.b_map, region=region, out_shape=sel.out_shape)
+
+
+# -- reading -----------------------------------------------------------------------------------
+def getitem(x: Tensor, key: Any) -> Tensor:
+    """`x[key]` with numpy's rules.
+
+    Basic keys (ints, slices, None, ...) give a view without a copy. Integer arrays (device
+    tensors, numpy arrays or lists; negative values count from the end) gather on the
+    device into a new tensor, after an out-of-bounds check: host indices are checked on
+    the host, a device index tensor with one fused reduction whose result is read (so the
+    call waits for the index values and raises IndexError here, not later). A boolean mask
+    is read to the host, because the shape it selects depends on its values; the selected
+    elements are then gathered on the device.
+    """
+    if _is_basic(key):
+        return F.getitem(x, key)
+    return _gather(x, _select(x, key))
+
+
+def take(x: Tensor, indices: Any, axis: int | None = None) -> Tensor:
+    """Elements of x at `indices` along `axis` (x flattened when None), as numpy.take."""
+    if axis is None:
+        x, axis = F.reshape(x, (-1,)), 0
+    axis = F._axis(operator.index(axis), x.ndim)
+    if type(indices) is not Tensor and isinstance(indices, (int, np.integer)):
+        indices = np.asarray(indices)
+    return getitem(x, (slice(None),) * axis + (indices,))
+
+
+# -- assignment ---------------------------------------------------------------------------------
+def _value_for(x: Tensor, value: Any) -> Tensor | bool | int | float:
+    """`value` as x's dtype: a Python scalar checked against it (the standard's rule for
+    mixing scalars with arrays), or a tensor cast to it (arrays of any real dtype cast, as
+    numpy casts them)."""
+    if type(value) is Tensor:
+        if value._client is not x._client:
+            F._client_of((x, value))
+        return value if value.dtype == x.dtype else F.astype(value, x.dtype)
+    kind = x.dtype.kind
+    if isinstance(value, np.generic):  # before Python scalars: np.float64 is a float
+        return x.dtype.type(value).item()  # cast as numpy does, then a kernel argument
+    if isinstance(value, _PY_SCALARS):
+        ok = kind == "b" if isinstance(value, bool) else kind in "if" if isinstance(value, int) else kind == "f"
+        if not ok:
+            raise TypeError(f"cannot assign a Python {type(value).__name__} to a {x.dtype.name} tensor")
+        dt.scalar_value(value, x.dtype)  # OverflowError for an int that does not fit
+        return value
+    if isinstance(value, (list, tuple, np.ndarray)):
+        host = np.asarray(value)
+        if host.dtype.kind not in "biuf":
+            raise TypeError(f"cannot assign an array of {host.dtype} to a {x.dtype.name} tensor")
+        return F.asarray(host, dtype=x.dtype, device=x.device)
+    raise TypeError(f"cannot assign a {type(value).__name__} to a tensor")
+
+
+def _fits(value: Any, shape: tuple[int, ...]) -> Any:
+    """`value` broadcast to `shape` (scalars stay scalars), or ValueError naming both."""
+    if type(value) is not Tensor:
+        return value
+    vs = value.shape
+    if len(vs) > len(shape) or any(a != 1 and a != b for a, b in zip(vs[::-1], shape[::-1])):
+        raise ValueError(f"could not broadcast a value of shape {vs} into the selection of shape {shape}")
+    return value if vs == shape else F.broadcast_to(value, shape)
+
+
+def setitem(x: Tensor, key: Any, value: Any) -> None:
+    """`x[key] = value`: x's handle is rebound to a new value computed on the device.
+
+    The value is cast to x's dtype; a Python scalar must suit it (bool for bool tensors,
+    int for int and float tensors, float for float tensors) and fit. Every check runs
+    before anything changes, so a bad key or value raises here and leaves x as it was.
+    Other tensors that are views of x's buffer (or that x was a view of) are not
+    modified: x takes a new buffer (copy-on-write).
+
+    Basic keys assign with one fused `where(selected, value, x)` (the selection computed
+    from each element's flat index), which fuses with the work around it; a tensor value
+    that varies along a dimension selected only in part is written with one scatter
+    kernel instead. Integer-array keys scatter on the device (with duplicate indices, which
+    value lands is unspecified); boolean masks select on the device when the value does
+    not vary along the selected elements, else the mask is read as for `x[mask]`.
+    """
+    value = _value_for(x, value)
+    if _is_basic(key):
+        new = _assign_basic(x, key, value)
+    else:
+        new = _assign_mask(x, key, value) if _is_single_mask(x, key) else None
+        if new is None:
+            sel = _select(x, key)
+            fitted = _fits(value, sel.out_shape)
+            if type(fitted) is not Tensor:
+                fitted = F.full(sel.out_shape, fitted, x.dtype, x.device)
+            new = _scatter(x, sel, fitted)
+    if new is not None:
+        _rebind(x, new)
+
+
+def _rebind(x: Tensor, new: Tensor) -> None:
+    """Point handle x at new's value; `new` takes x's old id, which is dropped with it."""
+    x._id, new._id = new._id, x._id
+    x._strides, new._strides = new._strides, x._strides
+    x._offset, new._offset = new._offset, x._offset
+
+
+def _per_axis(x: Tensor, key: Any) -> list[Any]:
+    """A basic key as one item per axis of x and None: an int (non-negative) or a range."""
+    out: list[Any] = []
+    axis = 0
+    for k in F.expand_ellipsis(key, x.ndim):
+        if k is None:
+            out.append(None)
+            continue
+        n = x.shape[axis]
+        out.append(range(*k.indices(n)) if type(k) is slice else operator.index(k) % n)
+        axis += 1
+    return out
+
+
+def _assign_basic(x: Tensor, key: Any, value: Any) -> Tensor | None:
+    region_shape, _, _ = F.basic_layout(x.shape, contiguous_strides(x.shape), 0, key)
+    value = _fits(value, region_shape)
+    if 0 in region_shape:
+        return None  # nothing selected: x stays as it is
+    items = _per_axis(x, key)
+    spread = _spread(x, items, value) if type(value) is Tensor else value
+    if spread is None:  # the value varies where the selection is partial: scatter it
+        return _scatter(x, _select(x, key), value)
+    mask = _selected(x, items)
+    if mask is None:  # everything is selected
+        return F.astype(spread, x.dtype) if type(spread) is Tensor else F.full(x.shape, spread, x.dtype, x.device)
+    return F.where(mask, spread, x)
+
+
+def _whole(r: Any, n: int) -> bool:
+    return type(r) is range and len(r) == n and abs(r.step) == 1
+
+
+def _spread(x: Tensor, items: list[Any], value: Tensor) -> Tensor | None:
+    """A view of `value` (of the selection's shape) over x's shape that holds the value's
+    element at every selected position, or None when no strided view can: along an axis
+    selected in part, the value must not vary (a stride-0 view is all it can be)."""
+    vst = value.strides_elements
+    offset = value._offset
+    strides = []
+    j = 0
+    for item, in_x in zip(items, _axes_of(items)):
+        if item is None:
+            j += 1
+            continue
+        n = x.shape[in_x]
+        if type(item) is int:
+            strides.append(0)
+            continue
+        s = vst[j]
+        if _whole(item, n):
+            if item.step < 0:
+                offset += (n - 1) * s
+                s = -s
+            strides.append(s)
+        elif s == 0 or value.shape[j] == 1:
+            strides.append(0)
+        else:
+            return None
+        j += 1
+    return F._view(value, x.shape, tuple(strides), offset)
+
+
+def _axes_of(items: list[Any]) -> list[int]:
+    """For each item of a per-axis key, the axis of x it indexes (None: the next one)."""
+    out, axis = [], 0
+    for item in items:
+        out.append(axis)
+        if item is not None:
+            axis += 1
+    return out
+
+
+def _selected(x: Tensor, items: list[Any]) -> Tensor | None:
+    """A bool tensor of x's shape: true where a basic key selects (None: everywhere).
+
+    Each axis's coordinate comes from one flat index, as `eye` and `tril` build theirs,
+    so the mask fuses with the `where` that uses it.
+    """
+    flat = mask = None
+    for axis, item in enumerate(item for item in items if item is not None):
+        n = x.shape[axis]
+        if _whole(item, n):
+            continue
+        if flat is None:
+            flat = F.flat_index(x.shape, dt.int32 if x.size < 2**31 else dt.int64, x.device)
+        inner = math.prod(x.shape[axis + 1:])
+        coord = flat // inner if inner > 1 else flat
+        if axis > 0:
+            coord = coord % n
+        if type(item) is int or len(item) == 1:
+            parts = [coord == item[0] if type(item) is range else coord == item]
+        else:
+            lo, hi, step = min(item[0], item[-1]), max(item[0], item[-1]), abs(item.step)
+            parts = ([coord >= lo] if lo > 0 else []) + ([coord <= hi] if hi < n - 1 else [])
+            if step > 1:
+                parts.append((coord - lo if lo else coord) % step == 0)
+        for p in parts:
+            mask = p if mask is None else mask & p
+    return mask
+
+
+def _is_single_mask(x: Tensor, key: Any) -> bool:
+    k = key[0] if isinstance(key, tuple) and len(key) == 1 else key
+    if type(k) is Tensor:
+        return dt.is_bool(k.dtype) and k.ndim >= 1
+    return isinstance(k, np.ndarray) and k.dtype.kind == "b" and k.ndim >= 1
+
+
+def _assign_mask(x: Tensor, key: Any, value: Any) -> Tensor | None:
+    """`x[mask] = value` without reading the mask, when the value is the same for every
+    selected element: where(mask, value, x). None when the value varies along them."""
+    mask = key[0] if isinstance(key, tuple) else key
+    m = mask.ndim
+    if mask.shape != x.shape[:m]:
+        raise IndexError(f"boolean index of shape {mask.shape} does not match the indexed dimensions "
+                         f"of shape {x.shape[:m]}")
+    rest = x.shape[m:]
+    if type(value) is Tensor:
+        if value.ndim > len(rest):
+            if value.ndim > len(rest) + 1 or value.shape[0] != 1:
+                return None
+            value = F.reshape(value, value.shape[1:])
+        value = _fits(value, rest)
+    if type(mask) is not Tensor:
+        mask = F.asarray(mask, device=x.device)
+    mask = F.reshape(mask, mask.shape + (1,) * len(rest))
+    return F.where(mask, value, x)
+
+
+# -- in-place operators -------------------------------------------------------------------------
+def inplace(name: str, x: Tensor, other: Any) -> Tensor:
+    """`x op= other`: x rebound to `name(x, other)`, which must keep x's shape and dtype
+    (the standard's rule; numpy would cast, the standard says raise). Views of x's old
+    buffer keep their values, as for assignment."""
+    if type(other) is not Tensor and not F._is_scalar(other):
+        other = F._as_tensor(other, x._client)
+    if type(other) is Tensor and F.broadcast_shapes(x.shape, other.shape) != x.shape:
+        raise ValueError(f"in-place {name} would change the shape {x.shape} to "
+                         f"{F.broadcast_shapes(x.shape, other.shape)}")
+    _, out_dtype = opset.resolve(name, (F._promote((x, other)),))
+    if out_dtype != x.dtype:
+        raise TypeError(f"in-place {name} of a {x.dtype.name} tensor would give {out_dtype.name}; "
+                        "in-place operators keep the left operand's dtype")
+    _rebind(x, F.binary(name, x, other))
+    return x
+
+
+def inplace_matmul(x: Tensor, other: Any) -> Tensor:
+    """`x @= other`: allowed when the product has x's shape and dtype."""
+    from ._linalg import matmul
+
+    out = matmul(x, other)
+    if out.shape != x.shape or out.dtype != x.dtype:
+        raise ValueError(f"in-place matmul would change {x.shape} {x.dtype.name} to {out.shape} {out.dtype.name}")
+    _rebind(x, out)
+    return x

@@ -1,0 +1,98 @@
+"""Array API manipulation functions composed from views, gathers and matmul: roll,
+meshgrid and tensordot."""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+
+import numpy as np
+
+from . import _functions as F
+from . import _indexing as I  # noqa: E741
+from ._linalg import matmul
+from .tensor import Tensor
+
+
+def _ints(v: int | Sequence[int]) -> tuple[int, ...]:
+    return (operator.index(v),) if isinstance(v, (int, np.integer)) else tuple(operator.index(a) for a in v)
+
+
+def roll(x: Tensor, shift: int | Sequence[int], axis: int | Sequence[int] | None = None) -> Tensor:
+    """x with its elements shifted by `shift` along `axis`, wrapping around, as numpy.roll
+    (axis None: over the flattened tensor; tuples shift several axes).
+
+    One device gather per axis that moves, reading indices computed on the host (n
+    integers for an axis of size n)."""
+    if axis is None:
+        flat = F.reshape(x, (-1,))
+        return F.reshape(roll(flat, sum(_ints(shift)), 0), x.shape)
+    shifts, axes = _ints(shift), _ints(axis)
+    if len(shifts) == 1:
+        shifts *= len(axes)
+    elif len(axes) == 1:
+        axes *= len(shifts)
+    if len(shifts) != len(axes):
+        raise ValueError(f"roll: {len(shifts)} shifts for {len(axes)} axes")
+    total = [0] * x.ndim
+    for s, a in zip(shifts, axes):
+        total[F._axis(a, x.ndim)] += s  # numpy adds the shifts of a repeated axis
+    out = x
+    for a, s in enumerate(total):
+        n = x.shape[a]
+        if n and s % n:
+            index = (np.arange(n, dtype=np.int64) - s) % n
+            out = I.getitem(out, (slice(None),) * a + (index,))
+    return out if out is not x else F.astype(x, x.dtype)
+
+
+def meshgrid(*arrays: Tensor, indexing: str = "xy") -> list[Tensor]:
+    """Coordinate grids from one-dimensional tensors, as numpy.meshgrid: views (each input
+    broadcast along the others' axes), no copies. "xy" swaps the first two axes of the
+    grid (Cartesian), "ij" does not (matrix indexing)."""
+    if indexing not in ("xy", "ij"):
+        raise ValueError(f"indexing must be 'xy' or 'ij', not {indexing!r}")
+    client = F._client_of(arrays)
+    ts = [a if type(a) is Tensor else F._as_tensor(a, client) for a in arrays]
+    for t in ts:
+        if t.ndim != 1:
+            raise ValueError(f"meshgrid takes one-dimensional tensors, got shape {t.shape}")
+    axes = list(range(len(ts)))
+    if indexing == "xy" and len(ts) > 1:
+        axes[0], axes[1] = 1, 0
+    shape = [0] * len(ts)
+    for t, a in zip(ts, axes):
+        shape[a] = t.shape[0]
+    grids = []
+    for t, a in zip(ts, axes):
+        lined = F.reshape(t, (1,) * a + (t.shape[0],) + (1,) * (len(ts) - a - 1))
+        grids.append(F.broadcast_to(lined, tuple(shape)))
+    return grids
+
+
+def tensordot(x1: Tensor, x2: Tensor, axes: int | tuple[Sequence[int], Sequence[int]] = 2) -> Tensor:
+    """Sums of products over `axes` (an int N: x1's last N with x2's first N; or two
+    sequences of axes), as numpy.tensordot: one matmul of the tensors permuted and
+    reshaped to (free, contracted) and (contracted, free)."""
+    client = F._client_of((x1, x2))
+    x1, x2 = (t if type(t) is Tensor else F._as_tensor(t, client) for t in (x1, x2))
+    if isinstance(axes, (int, np.integer)):
+        n = operator.index(axes)
+        if n < 0 or n > min(x1.ndim, x2.ndim):
+            raise ValueError(f"tensordot axes={n} needs 0 <= axes <= {min(x1.ndim, x2.ndim)} for tensors "
+                             f"of {x1.ndim} and {x2.ndim} dimensions")
+        a1, a2 = tuple(range(x1.ndim - n, x1.ndim)), tuple(range(n))
+    else:
+        a1, a2 = (tuple(F._axis(a, t.ndim) for a in _ints(ax)) for t, ax in zip((x1, x2), axes))
+    if len(a1) != len(a2):
+        raise ValueError(f"tensordot: {len(a1)} axes of x1 against {len(a2)} of x2")
+    for i, j in zip(a1, a2):
+        if x1.shape[i] != x2.shape[j]:
+            raise ValueError(f"tensordot: axis {i} of x1 has size {x1.shape[i]}, axis {j} of x2 {x2.shape[j]}")
+    free1 = [d for d in range(x1.ndim) if d not in a1]
+    free2 = [d for d in range(x2.ndim) if d not in a2]
+    k = math.prod(x1.shape[i] for i in a1)
+    left = F.reshape(F.permute_dims(x1, free1 + list(a1)), (math.prod(x1.shape[d] for d in free1), k))
+    right = F.reshape(F.permute_dims(x2, list(a2) + free2), (k, math.prod(x2.shape[d] for d in free2)))
+    return F.reshape(matmul(left, right), tuple(x1.shape[d] for d in free1) + tuple(x2.shape[d] for d in free2))
