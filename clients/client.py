@@ -59,13 +59,16 @@ def _close_all_at_exit() -> None:
 atexit.register(_close_all_at_exit)
 
 
+MAX_PENDING_DROPS = 256  # registering drains dropped ids only past this many
+
+
 class FusionClient:
     """Serializes every call into one FusionServer; see the module docstring."""
 
     def __init__(self, server: FusionServer):
         self.server = server
         self.fp64 = server.info.fp64
-        self.drops: deque[int] = deque()
+        self.drops: deque[int] = server.drops  # filled by Tensor.__del__, without the lock
         self.unpins: deque = deque()  # storages whose resolved arrays were collected
         self._lock = threading.Lock()
         self._owner: int | None = None  # the thread holding the lock
@@ -102,9 +105,8 @@ class FusionClient:
 
     def _drain(self) -> None:
         """Apply what arrived without the lock: drops, unpins, ended threads' streams."""
-        drops, server = self.drops, self.server
-        while drops:
-            server.drop(drops.popleft())
+        server = self.server
+        server.drain_drops()
         while self.unpins:
             server.unpin(self.unpins.popleft())
         if server.ended_streams:
@@ -167,7 +169,9 @@ class FusionClient:
             self._owner = me
             try:
                 server = self.server
-                if self.drops or server.ended_streams or self.unpins:
+                # Drops wait for the next block (or any other call): draining them here
+                # would cost every op a call, and only blocks look at what is alive.
+                if len(self.drops) > MAX_PENDING_DROPS or server.ended_streams or self.unpins:
                     self._drain()
                 server.register(me, op)
                 return

@@ -25,8 +25,9 @@ from .fusers.elementwise import ElementwiseFuser, ElementwisePlan
 from .fusers.matmul import MatmulFuser, MatmulPlan
 from .fusers.reduce import ReduceFuser, ReducePlan
 from .fusers.sort import SortPlan
-from .handles import FAILED, PENDING, READY, HandleContainer, Storage, span_of
+from .handles import FAILED, PENDING, READY, Entry, HandleContainer, Storage, span_of
 from .ir import (
+    _STRIDES,  # contiguous_strides' memo, read directly on the hot path
     CustomKernelOp,
     ElementwiseOp,
     MatmulOp,
@@ -35,7 +36,9 @@ from .ir import (
     SortOp,
     TensorIr,
     ViewOp,
+    contiguous_strides,
     outputs_of,
+    size_of,
     tensor_inputs,
 )
 from .plans import PlanRejected, PlanStore
@@ -121,6 +124,9 @@ class FusionServer:
         self.info = info
         self.runtime = DeviceRuntime(info)
         self.handles = HandleContainer(self.runtime.pool.free)
+        # Ids of dropped tensors, pushed without the lock (Tensor.__del__). Registering does
+        # not drain them; running a block, and every other locked call, does first.
+        self.drops: deque[int] = deque()
         self.streams: dict[int, Stream] = {}
         self.mode = mode or os.environ.get("FUSION_MODE", "lazy").strip() or "lazy"
         if self.mode not in MODES:
@@ -218,32 +224,44 @@ class FusionServer:
     # -- registering work -----------------------------------------------------------
     def register(self, stream_id: int, op: OperationIr) -> None:
         """Queue `op` on a stream; blocks run as the fusers close them."""
-        entries = self.handles.entries
-        first_out = op.out.id if type(op) is ElementwiseOp else outputs_of(op)[0].id
-        if first_out in entries:
+        handles = self.handles
+        entries = handles.entries
+        if type(op) is ElementwiseOp:  # the hot path, spelled out: a few operands, one output
+            outs = (op.out,)
+            reads = []
+            for t in op.inputs:
+                if type(t) is int:
+                    reads.append(entries.get(t) or handles.get(t))
+        else:
+            outs = outputs_of(op)
+            reads = [entries.get(t) or handles.get(t) for t in tensor_inputs(op)]
+        if outs[0].id in entries:
             # Already queued: a compile interrupted it after that; carry on from there.
             self.stream(stream_id).advance(self)
             return
-        if type(op) is ElementwiseOp:  # the hot path: a few operands, some of them scalars
-            reads = [entries.get(t) or self.handles.get(t) for t in op.inputs if type(t) is int]
-        else:
-            reads = [entries.get(t) or self.handles.get(t) for t in tensor_inputs(op)]
-        for entry in reads:  # all inputs were found before anything changes
+        # All inputs were found before anything changes.
+        for entry in reads:
             st = entry.storage
             if st.status == PENDING and st.stream != stream_id:
                 # Its writer waits in another thread's queue: run that queue first, so the
                 # in-order device queue puts the write before this read.
                 self.flush_stream(st.stream, f"stream {stream_id} reads tensor {entry.ir.id}")
-        self.counters["ops_registered"] += 1
-        for entry in reads:
             entry.readers += 1
-        if type(op) is ElementwiseOp:
-            self.handles.add_pending(op.out, stream_id)
-        else:
-            for out in outputs_of(op):
-                self.handles.add_pending(out, stream_id)
+        self.counters["ops_registered"] += 1
+        for out in outs:  # handles.add_pending, inlined
+            handles.storages_live += 1
+            shape = out.shape
+            storage = Storage(size_of(shape) * out.dtype.itemsize, PENDING, stream_id)
+            entries[out.id] = Entry(out, storage, _STRIDES.get(shape) or contiguous_strides(shape), 0, True)
         stream = self.streams.get(stream_id) or self.stream(stream_id)
         stream.register(op, self)
+
+    def drain_drops(self) -> None:
+        """Forget the tensors whose handles were dropped (ids pushed by Tensor.__del__)."""
+        drops = self.drops
+        drop = self.handles.drop
+        while drops:
+            drop(drops.popleft())
 
     def upload(self, ir: TensorIr, host: np.ndarray) -> None:
         """A tensor holding a copy of `host` (C-contiguous, ir's dtype); never waits."""
@@ -273,6 +291,8 @@ class FusionServer:
     # -- running blocks ---------------------------------------------------------------
     def run_plan(self, plan: Plan) -> None:
         """Execute a plan, then retire its ops. NeedsCompile passes through untouched."""
+        if self.drops:  # which values are still alive decides what the block writes
+            self.drain_drops()
         try:
             plan.execute(self)
         except (NeedsCompile, PlanRejected):

@@ -103,6 +103,7 @@ class ReduceFuser(LimitedFuser):
         return True
 
     def _take_reduce(self, op: ReduceOp, server: FusionServer) -> bool:
+        server.drain_drops()  # the bound below looks at which values are still alive
         prologue = self.prologue
         entries = server.handles.entries
         reads: dict[int, int] = {op.input: 1}
