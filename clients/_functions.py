@@ -556,6 +556,19 @@ def broadcast_to(x: Tensor, shape: Any) -> Tensor:
     return _view(x, shape, strides, x._offset)
 
 
+def broadcast_arrays(*arrays: Tensor) -> list[Tensor]:
+    """The arrays broadcast against each other: views of a common shape, no copies."""
+    shape = broadcast_shapes(*(a.shape for a in arrays))
+    return [broadcast_to(a, shape) for a in arrays]
+
+
+def from_dlpack(x: Any, /) -> Tensor:
+    """A tensor holding the values of `x`, any object with `__dlpack__` (copied to the device)."""
+    if not hasattr(x, "__dlpack__"):
+        raise TypeError(f"from_dlpack needs an object with __dlpack__, got {type(x).__name__}")
+    return asarray(np.from_dlpack(x))
+
+
 def getitem(x: Tensor, key: Any) -> Tensor:
     """Basic indexing: ints, slices (any step), None and Ellipsis; a view, no copy."""
     shape, strides, offset = basic_layout(x.shape, x.strides_elements, x._offset, key)

@@ -126,6 +126,23 @@ class Tensor:
         out = self.numpy()
         return out if dtype is None else out.astype(dtype, copy=False)
 
+    def __dlpack__(self, /, *, stream: Any = None) -> Any:
+        """A DLPack capsule of a host copy of the values. Device memory of an OpenCL buffer has
+        no DLPack device type, so the capsule is numpy's, on the CPU (see `__dlpack_device__`)."""
+        if stream is not None:
+            raise ValueError("a host copy is exported: stream must be None")
+        return self.numpy().__dlpack__()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """Where a `__dlpack__` capsule points: the host (DLPack's kDLCPU, device 0)."""
+        return (1, 0)
+
+    def to_device(self, device: Any, /, *, stream: Any = None) -> Tensor:
+        """This tensor on `device` (a Device, name or index): itself if already there, else a copy."""
+        if stream is not None:
+            raise ValueError("each thread has its own queue: stream must be None")
+        return F.asarray(self, device=device)
+
     def _scalar(self, kind: type) -> Any:
         if self.size != 1:
             raise TypeError(f"only one-element tensors convert to {kind.__name__}, shape is {self.shape}")
