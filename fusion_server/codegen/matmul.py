@@ -1,9 +1,10 @@
 """OpenCL C for a (batched) matrix product with its element-wise epilogue fused in.
 
 A work-group of 16 x 16 work-items computes a 64 x 64 (or 128 x 128) tile of the output,
-each work-item a 4 x 4 (8 x 8) block held in registers; tiles of A and B, 16 deep, are
-staged in local memory, so every element loaded from global memory is used 64 (128)
-times.
+each work-item a 4 x 4 (8 x 8) block of consecutive rows and columns held in registers;
+tiles of A and B, 16 deep, are staged in local memory, so every element loaded from
+global memory is used 64 (128) times, and each work-item reads its share of a step as
+vectors.
 Operands are read through their strides (a transposed view costs no copy) and batch
 dimensions broadcast. The epilogue (bias, activation, ...) runs on each result before
 it is written, so `maximum(a @ w + bias, 0)` is one kernel.
@@ -106,8 +107,14 @@ def generate(spec: MatmulSpec) -> tuple[str, str]:
         src += _rows_body(spec, t)
         src.append("}")
         return "\n".join(src) + "\n", name
-    src.append(f"  __local {t} As[{TK}][{TILE}];")
-    src.append(f"  __local {t} Bs[{TK}][{TILE + 1}];")
+    # A is staged transposed (As[k][i]), B as is (Bs[k][j]). Each work-item owns WPT
+    # consecutive rows and columns, so it reads its operands of a K step from local memory
+    # as WPT-wide vectors: a few wide loads per WPT x WPT multiply-adds. Rows are padded by
+    # 4 elements: the transposing stores spread over the banks, and rows stay aligned.
+    pad = TILE + 4
+    vec = f"{t}{WPT}"
+    src.append(f"  __local {t} As[{TK}][{pad}] __attribute__((aligned(64)));")
+    src.append(f"  __local {t} Bs[{TK}][{pad}] __attribute__((aligned(64)));")
     src.append(f"  {t} acc[{WPT}][{WPT}];")
     src.append(f"  for (int i = 0; i < {WPT}; ++i) for (int j = 0; j < {WPT}; ++j) acc[i][j] = ({t})0;")
     src.append("  const int lin = ty * 16 + tx;")
@@ -124,16 +131,17 @@ def generate(spec: MatmulSpec) -> tuple[str, str]:
     src.append("    }")
     src.append("    barrier(CLK_LOCAL_MEM_FENCE);")
     src.append(f"    for (int k = 0; k < {TK}; ++k) {{")
+    src.append(f"      const {vec} av = *(__local const {vec}*)&As[k][ty * {WPT}];")
+    src.append(f"      const {vec} bv = *(__local const {vec}*)&Bs[k][tx * {WPT}];")
     src.append(f"      {t} a[{WPT}], b[{WPT}];")
-    src.append(f"      for (int w = 0; w < {WPT}; ++w) {{ a[w] = As[k][ty + w * {LOCAL}]; "
-               f"b[w] = Bs[k][tx + w * {LOCAL}]; }}")
+    src.append(f"      vstore{WPT}(av, 0, a); vstore{WPT}(bv, 0, b);")
     fold = "acc[i][j] = fma(a[i], b[j], acc[i][j]);" if dt.is_float(spec.dtype) else "acc[i][j] += a[i] * b[j];"
     src.append(f"      for (int i = 0; i < {WPT}; ++i) for (int j = 0; j < {WPT}; ++j) {fold}")
     src.append("    }")
     src.append("    barrier(CLK_LOCAL_MEM_FENCE);")
     src.append("  }")
     src.append(f"  for (int wi = 0; wi < {WPT}; ++wi) for (int wj = 0; wj < {WPT}; ++wj) {{")
-    src.append(f"    const IDX i = row0 + ty + wi * {LOCAL}, j = col0 + tx + wj * {LOCAL};")
+    src.append(f"    const IDX i = row0 + ty * {WPT} + wi, j = col0 + tx * {WPT} + wj;")
     src.append("    if (i >= M || j >= N) continue;")
     src.append("    const IDX o = (batch * M + i) * N + j;")
     src += _epilogue(spec, "acc[wi][wj]", "    ")
