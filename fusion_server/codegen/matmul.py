@@ -2,7 +2,7 @@
 
 A work-group of 16 x 16 work-items computes a 64 x 64 (or 128 x 128) tile of the output,
 each work-item a 4 x 4 (8 x 8) block of consecutive rows and columns held in registers;
-tiles of A and B, 16 deep, are staged in local memory, so every element loaded from
+tiles of A and B, TK deep, are staged in local memory, so every element loaded from
 global memory is used 64 (128) times, and each work-item reads its share of a step as
 vectors.
 Operands are read through their strides (a transposed view costs no copy) and batch
@@ -21,7 +21,7 @@ from .. import dtypes as dt
 from . import elementwise as ew
 from . import epilogue as ep
 
-TK = 16  # depth of a K step
+TK = 8  # depth of a K step (8 ran 1.2x faster than 16 or 32 on an H200: less local memory, more groups per unit)
 LOCAL = 16  # work-items per side of a work-group (the tile side / LOCAL outputs per work-item)
 
 
