@@ -658,3 +658,20 @@ def test_property_sum_and_max_float32(case, seed):
             clients.max(t, axis=axis, keepdims=keepdims)
     else:
         assert_tensor(clients.max(t, axis=axis, keepdims=keepdims), expected)
+
+
+@pytest.mark.parametrize("strategy", ["group", "loop"])
+@pytest.mark.parametrize("cols", [1, 3, 5, 255, 1030, 4099])
+def test_vector_steps_with_tails_in_both_strategies(strategy, cols):
+    """The loop strategy reads W elements per step, then the tail one by one; the group
+    strategy strides by its work-group: every row length must add up in both."""
+    a, b = rand((3, cols)), rand((3, cols), seed=1)
+    with server_settings(reduce_strategy=strategy):
+        x, y = clients.asarray(a), clients.asarray(b)
+        got = clients.sum(clients.exp(x * 0.5) * y, axis=-1).numpy()
+        got_max = clients.max(x + y, axis=1).numpy()
+        strided = clients.sum(x[:, ::2] * 2.0, axis=1).numpy()  # no vector loads: a stride of 2
+    want = (np.exp(a * np.float32(0.5)) * b).sum(axis=-1)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)
+    np.testing.assert_array_equal(got_max, (a + b).max(axis=1))
+    np.testing.assert_allclose(strided, (a[:, ::2] * np.float32(2)).sum(axis=1), rtol=2e-5, atol=1e-5)

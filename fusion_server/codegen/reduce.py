@@ -275,19 +275,16 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
     if nan_flag:
         src.append("  int nan_seen = 0;")
     if spec.width > 1:
-        # Vector steps: a work-item's run of W elements per step (in a work-group, the
-        # group's items take consecutive runs, so a step still reads one contiguous span);
-        # the elements past the last whole run are folded one by one.
         W = spec.width
         vtype = ex.type_name(spec.acc, W)
         src.append(f"  {vtype} accv = ({vtype})({_identity(spec.kind, spec.acc)});")
-        src.append(f"  const IDX whole = nred / {W} * {W};")
-        src.append(f"  for (IDX r = {start} * {W}; r < whole; r += {step} * {W}) {{")
+        src.append("  IDX r = 0;")
+        src.append(f"  for (; r + {W} <= nred; r += {W}) {{")
         src += _vector_body(spec, "    ")
         src.append("  }")
         for lane in range(W):
             src.append(f"  {{ const {acc_t} val = accv.s{lane:x}; {_fold(spec.kind, spec.acc, 'acc', 'val')} }}")
-        src.append(f"  for (IDX r = whole + {start}; r < nred; r += {step}) {{")
+        src.append("  for (; r < nred; ++r) {")
     else:
         src.append(f"  for (IDX r = {start}; r < nred; r += {step}) {{")
     src += _loop_body(spec, "r", "    ")

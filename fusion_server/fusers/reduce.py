@@ -209,7 +209,7 @@ class ReducePlan:
         n_in = len(pro_entries)
         width = server.vector_width
         vectorize = (
-            width > 1 and len(rdims) == 1 and red.name not in ("argmax", "argmin")
+            strategy == "loop" and width > 1 and len(rdims) == 1 and red.name not in ("argmax", "argmin")
             and not dt.is_bool(red.acc)
             and all(st[0] in (0, 1) for st in red_sets[:n_in]) and all(st[0] == 1 for st in red_sets[n_in:])
             and not any(needs_scalar_code(t.name, t.compute) or t.expr in SCALAR_EXPRS for t in trace)
