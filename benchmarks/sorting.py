@@ -3,8 +3,8 @@
     sort(x, axis=-1)      x: float32, one row of 2^20, and 1024 rows of 1024
 
 The one long row takes the tile kernel and then merge passes (one per doubling of the
-sorted runs); rows of 1024 fit one tile, so they take the tile kernel alone. The kernels
-per sort are asserted with `clients.inspect()`.
+sorted runs); rows of 1024 fit one tile where the device's tile holds 1024 pairs. The
+kernels per sort are counted with `clients.inspect()`.
 
 Variants, measured side by side in interleaved rounds: device (`clients.sort` and a
 wait for the device; the input already lives there) and numpy (`np.sort`, its default
@@ -16,13 +16,11 @@ FUSION_PROFILE=1, the benchmarks' default), and numpy time / device time.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 import clients
-from fusion_server.fusers.sort import TILE_ITEMS, TILE_ITEMS_OTHER
 
 from . import common
 from . import device_timing as dtime
@@ -30,13 +28,6 @@ from . import device_timing as dtime
 NAME = "sorting"
 ELEMENTS = 2**20
 SHAPES = {"one row": (1, ELEMENTS), "1024 rows": (1024, 1024)}
-
-
-def expected_kernels(n: int) -> int:
-    """The tile kernel, plus a merge pass per doubling of the runs until one covers n."""
-    kind = clients.client_for().server.info.kind
-    tile = 2 * TILE_ITEMS.get(kind, TILE_ITEMS_OTHER)
-    return 1 + max(0, math.ceil(math.log2(n / tile)))
 
 
 def run_case(shape: tuple[int, int], repeat: int) -> dict:
@@ -48,9 +39,9 @@ def run_case(shape: tuple[int, int], repeat: int) -> dict:
         got = clients.sort(x)
     clients.sync()
     np.testing.assert_array_equal(got.numpy(), want, err_msg=f"sort of {shape} differs from numpy")
+    # The tile kernel, then a merge pass per doubling of the sorted runs (the tile's size
+    # depends on the device: tests/test_sorting.py checks the count).
     kernels = len(rec.kernels)
-    if kernels != expected_kernels(shape[-1]):
-        raise AssertionError(f"sort of {shape} launched {kernels} kernels, {expected_kernels(shape[-1])} expected")
     del got
 
     def device() -> Any:
