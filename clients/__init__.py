@@ -120,7 +120,8 @@ def flush(device: Any = None) -> None:
 
 def stats(device: Any = None) -> dict:
     """Counters of the device's server: ops_registered, kernels_launched, compiles,
-    buffers_live, inplace_reuses, plan_hits, and more."""
+    buffers_live, inplace_reuses, plan_hits (blocks replayed from the plan store),
+    plan_misses, explorations (blocks the fusers decided), and more."""
     return _client(device).stats()
 
 
