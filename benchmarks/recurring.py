@@ -1,7 +1,8 @@
 """Recurring work: the same 200-op graph run 50 times, and 8 threads registering at once.
 
 - Graph: first iteration (fusers, codegen, compiles) against the steady state, per op,
-  with the compiles and plan hits counted after the second iteration.
+  with the compiles and fuser explorations counted after the second iteration, and the
+  plan hits (blocks replayed from the plan store).
 - Threads: every thread records its own chain of ops; register latency (p50, p99) and
   total throughput with 1 thread and with 8.
 
@@ -37,7 +38,7 @@ def recurring_graph() -> dict:
     rng = np.random.default_rng(0)
     x = clients.asarray(rng.standard_normal(4096).astype(np.float32))
     y = clients.asarray(rng.standard_normal(4096).astype(np.float32))
-    times, compiles, ops = [], [], []
+    times, compiles, explorations, ops = [], [], [], []
     for _ in range(ITERATIONS):
         before = clients.stats()
         start = time.perf_counter()
@@ -46,6 +47,7 @@ def recurring_graph() -> dict:
         times.append(time.perf_counter() - start)
         after = clients.stats()
         compiles.append(after["compiles"] - before["compiles"])
+        explorations.append(after["explorations"] - before["explorations"])
         ops.append(after["ops_registered"] - before["ops_registered"])
         out.numpy()
     per_op = [t / n for t, n in zip(times, ops)]
@@ -54,6 +56,7 @@ def recurring_graph() -> dict:
         "first_us_per_op": per_op[0] * 1e6,
         "steady_us_per_op": statistics.median(per_op[2:]) * 1e6,
         "compiles_after_second": sum(compiles[2:]),
+        "explorations_after_second": sum(explorations[2:]),
         "plan_hits": clients.stats()["plan_hits"],
     }
 
@@ -117,6 +120,7 @@ def report(result: dict) -> None:
         [["first iteration, us per op", g["first_us_per_op"]],
          ["steady state, us per op", g["steady_us_per_op"]],
          ["compiles after the second iteration", g["compiles_after_second"]],
+         ["fuser explorations after the second iteration", g["explorations_after_second"]],
          ["plan hits", g["plan_hits"]]],
     )
     rows = [[n, r["ops_per_s"], r["p50_us"], r["p99_us"]] for n, r in result["threads"].items()]

@@ -13,7 +13,18 @@ import time
 import traceback
 from typing import Any
 
-from . import common, composites, elementwise_chain, host_cost, matmul, plot, reductions, vectorization
+from . import (
+    common,
+    composites,
+    elementwise_chain,
+    host_cost,
+    matmul,
+    plot,
+    recurring,
+    reductions,
+    sorting,
+    vectorization,
+)
 
 # (what, where in the results, comparison, target): the goals the numbers are held to.
 TARGETS = [
@@ -42,6 +53,13 @@ TARGETS = [
     ("matmul + bias + relu: ours / cuBLAS (speed)", ("matmul", "ours_over_cublas"), ">=", 0.5),
     ("transcendental chain: vector / scalar code (kernel speed)",
      ("vectorization", "scalar_over_vector", "device"), ">=", None),
+    ("200-op graph: steady state, host us per op", ("recurring", "graph", "steady_us_per_op"), "<=", 3.0),
+    ("200-op graph: compiles after the 2nd iteration", ("recurring", "graph", "compiles_after_second"), "==", 0),
+    ("200-op graph: explorations after the 2nd iteration", ("recurring", "graph", "explorations_after_second"),
+     "==", 0),
+    ("8 threads registering: ops/s", ("recurring", "threads", "8", "ops_per_s"), ">=", None),
+    ("sort of 2^20 in 1024 rows: numpy / device (speed)", ("sorting", "cases", "1024 rows", "device_vs_numpy"),
+     ">=", None),
 ]
 
 
@@ -124,6 +142,8 @@ def main(argv: list[str] | None = None) -> dict:
     # The product's size follows the device (1024 on CPUs, 4096 on GPUs), not --size.
     results["matmul"] = _attempt("matmul", matmul, None, args.repeat)
     results["vectorization"] = _attempt("vectorization", vectorization, args.size, args.repeat)
+    results["recurring"] = _attempt("recurring", recurring, args.size, max(1, args.repeat // 3))
+    results["sorting"] = _attempt("sorting", sorting, args.size, args.repeat)
     results["seconds"] = time.perf_counter() - start
     results["load_average_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     results["summary"] = [dict(zip(("measure", "value", "target", "met"), r)) for r in summary(results)]
