@@ -135,7 +135,8 @@ class BlockSigner:
                 else:
                     args.append(operand.dtype)
             out = op.out
-            sig = (op.name, op.compute, out.dtype, self.shape(out.shape), tuple(args), op.expr, op.params)
+            shape = self.shapes.get(out.shape) or self.shape(out.shape)
+            sig = (op.name, op.compute, out.dtype, shape, tuple(args), op.expr, op.params)
         elif kind is ReduceOp:
             out = op.out
             sig = ("reduce", op.name, self._ref(op.input), op.axes, op.acc, out.dtype, self.shape(out.shape))
