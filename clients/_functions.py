@@ -44,6 +44,21 @@ def _new(client: FusionClient, shape: tuple[int, ...], dtype: np.dtype) -> Tenso
     return _tuple_new(TensorIr, (next(_ids), shape, dtype))
 
 
+_object_new = object.__new__
+
+
+def _result(client: FusionClient, tid: int, shape: tuple[int, ...], dtype: np.dtype) -> Tensor:
+    """A contiguous tensor handle: Tensor._make's common case, for the hot paths."""
+    t = _object_new(Tensor)
+    t._id = tid
+    t._client = client
+    t.shape = shape
+    t.dtype = dtype
+    t._strides = None
+    t._offset = 0
+    return t
+
+
 _BCAST: dict[tuple, tuple[int, ...]] = {}
 
 
@@ -179,9 +194,12 @@ def binary(name: str, a: Any, b: Any) -> Tensor:
         sa, sb = a.shape, b.shape
         shape = sa if sa == sb else broadcast_shapes(sa, sb)
         compute, out_dtype = _RESOLVED.get((name, dtype)) or _resolve(name, dtype)
-        out = _new(client, shape, out_dtype)
+        if out_dtype is da and shape is sa:  # like `a`, which passed _new's checks
+            out = _tuple_new(TensorIr, (next(_ids), shape, out_dtype))
+        else:
+            out = _new(client, shape, out_dtype)
         client.register(_tuple_new(ElementwiseOp, (name, (a._id, b._id), compute, out, None, ())))
-        return Tensor._make(client, out.id, shape, out_dtype)
+        return _result(client, out.id, shape, out_dtype)
     if tb and not ta and type(a) in _PY_SCALARS:  # `1.0 - x`: the same, operands swapped
         return _tensor_scalar(name, b, a, True)
     if ta and type(b) in _PY_SCALARS:  # the common `x * 2.0`
@@ -213,23 +231,29 @@ def _tensor_scalar(name: str, a: Tensor, b: bool | int | float, swapped: bool) -
     compute, out_dtype = _RESOLVED.get((name, dtype)) or _resolve(name, dtype)
     client = a._client
     shape = a.shape
-    out = _new(client, shape, out_dtype)
+    if out_dtype is da:  # like `a`, which passed _new's checks
+        out = _tuple_new(TensorIr, (next(_ids), shape, out_dtype))
+    else:
+        out = _new(client, shape, out_dtype)
     # tuple.__new__ builds the descriptors without the named tuples' Python-level __new__.
     scalar = _tuple_new(Scalar, (value, dtype))
     operands = (scalar, a._id) if swapped else (a._id, scalar)
     client.register(_tuple_new(ElementwiseOp, (name, operands, compute, out, None, ())))
-    return Tensor._make(client, out.id, shape, out_dtype)
+    return _result(client, out.id, shape, out_dtype)
 
 
 def unary(name: str, x: Any) -> Tensor:
     """Apply unary element-wise op `name`."""
     if type(x) is not Tensor:
         x = _as_tensor(x, None)
-    compute, out_dtype = _resolve(name, x.dtype)
+    compute, out_dtype = _RESOLVED.get((name, x.dtype)) or _resolve(name, x.dtype)
     client = x._client
-    out = _new(client, x.shape, out_dtype)
-    client.register(ElementwiseOp(name, (x._id,), compute, out))
-    return Tensor._make(client, out.id, x.shape, out_dtype)
+    if out_dtype is x.dtype:  # like `x`, which passed _new's checks
+        out = _tuple_new(TensorIr, (next(_ids), x.shape, out_dtype))
+    else:
+        out = _new(client, x.shape, out_dtype)
+    client.register(_tuple_new(ElementwiseOp, (name, (x._id,), compute, out, None, ())))
+    return _result(client, out.id, x.shape, out_dtype)
 
 
 def _unary_fn(name: str):

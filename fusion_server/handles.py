@@ -111,7 +111,8 @@ class HandleContainer:
         entry = self.entries.get(tid)
         if entry is not None and entry.alive:
             entry.alive = False
-            self.maybe_release(entry)
+            if not entry.readers:  # (most dropped values still have a queued reader)
+                self.maybe_release(entry)
 
     def maybe_release(self, entry: Entry) -> None:
         """Forget `entry` if nobody can use it again; free its storage with the last one."""
