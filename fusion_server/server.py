@@ -38,7 +38,6 @@ from .ir import (
     ViewOp,
     contiguous_strides,
     outputs_of,
-    size_of,
     tensor_inputs,
 )
 from .plans import PlanRejected, PlanStore
@@ -251,7 +250,10 @@ class FusionServer:
         for out in outs:  # handles.add_pending, inlined
             handles.storages_live += 1
             shape = out.shape
-            storage = Storage(size_of(shape) * out.dtype.itemsize, PENDING, stream_id)
+            nbytes = out.dtype.itemsize
+            for d in shape:
+                nbytes *= d
+            storage = Storage(nbytes, PENDING, stream_id)
             entries[out.id] = Entry(out, storage, _STRIDES.get(shape) or contiguous_strides(shape), 0, True)
         stream = self.streams.get(stream_id) or self.stream(stream_id)
         stream.register(op, self)
