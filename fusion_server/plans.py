@@ -34,7 +34,7 @@ from .ir import ElementwiseOp, MatmulOp, OperationIr, ReduceOp, SortOp
 FLUSH = ("flush",)
 # The store forgets everything when it grows past this many nodes (work that never
 # recurs would otherwise grow it without bound).
-MAX_NODES = 200_000
+MAX_NODES = 50_000  # (about 30 MB of trie)
 
 
 class PlanRejected(Exception):  # noqa: N818  (a signal, not an error)

@@ -243,8 +243,11 @@ class FusionServer:
             st = entry.storage
             if st.status == PENDING and st.stream != stream_id:
                 # Its writer waits in another thread's queue: run that queue first, so the
-                # in-order device queue puts the write before this read.
+                # in-order device queue puts the write before this read. (A flush may stop
+                # for a kernel build, and this op is then registered again from the start:
+                # no reader may be counted before every flush is done.)
                 self.flush_stream(st.stream, f"stream {stream_id} reads tensor {entry.ir.id}")
+        for entry in reads:
             entry.readers += 1
         self.counters["ops_registered"] += 1
         for out in outs:  # handles.add_pending, inlined

@@ -37,6 +37,9 @@ class Stream:
         self.store = store  # None: always explore
         self.node: PlanNode | None = store.root if store is not None else None
         self.signer: BlockSigner | None = None
+        # Set while exploring a block whose stored plan was rejected (more values alive
+        # than usual): that one-off decision is not stored over the usual one.
+        self.rejected = False
 
     def register(self, op: OperationIr, server: FusionServer) -> None:
         queue = self.queue
@@ -87,7 +90,7 @@ class Stream:
                     if not fuser.closed:
                         break
                 else:  # every fuser has closed: run the best block
-                    self._run_best(server, flush_reason or "no fuser takes the next op")
+                    self._run_best(server, flush_reason or "no fuser takes the next op", flush_reason is not None)
                     continue
             if self.offered < len(queue):
                 op = queue[self.offered]
@@ -109,14 +112,15 @@ class Stream:
         self.advance(server, why)
 
     # -- exploring ---------------------------------------------------------------------
-    def _explore(self, server: FusionServer) -> None:
+    def _explore(self, server: FusionServer, rejected: bool = False) -> None:
         """Stop following the store: the fusers see the queue from its start."""
+        self.rejected = rejected
         self.node = None
         self.signer = None
         self.offered = 0
         server.counters["plan_misses"] += 1
 
-    def _run_best(self, server: FusionServer, why: str) -> None:
+    def _run_best(self, server: FusionServer, why: str, flushing: bool = False) -> None:
         best = max(self.fusers, key=lambda f: f.score(), default=None)
         if best is not None and best.score() > 0:
             plan = best.finish(server)
@@ -131,15 +135,17 @@ class Stream:
         if server.recorders:  # for inspect()'s explanation: who took the block, and why it ended
             scores = ", ".join(f"{f.name} {f.score()}" for f in self.fusers)
             server.block_note = f"fuser {chosen} (scores: {scores}); closed: {reason}"
-        path = self._path(server, decision.count) if self.store is not None else None
+        path = self._path(server, decision.count, flushing) if self.store is not None and not self.rejected else None
         server.run_plan(plan)  # may raise NeedsCompile: then nothing here has changed
         server.counters["explorations"] += 1
         if path is not None:
             self.store.store(path, decision)
         self._ran(server, plan, reason)
 
-    def _path(self, server: FusionServer, count: int) -> list[tuple] | None:
-        """The signatures of the block's ops and of what ended it; None if one has none."""
+    def _path(self, server: FusionServer, count: int, flushing: bool) -> list[tuple] | None:
+        """The signatures of the block's ops and of what ended it (the next op, or a
+        flush); None if one has none. A block that ends at the end of the queue without a
+        flush (an op no fuser takes) has no ending: it runs as soon as it is matched."""
         signer = BlockSigner(server.handles.entries)
         path = []
         for op in self.queue[:count + 1]:
@@ -147,7 +153,7 @@ class Stream:
             if sig is None:
                 return None
             path.append(sig)
-        if len(self.queue) == count:
+        if len(self.queue) == count and flushing:
             path.append(FLUSH)
         return path
 
@@ -177,7 +183,7 @@ class Stream:
         try:
             server.run_plan(plan)  # may raise NeedsCompile: then nothing here has changed
         except PlanRejected:
-            self._explore(server)
+            self._explore(server, rejected=True)
             return
         server.counters["plan_hits"] += 1
         self._ran(server, plan, reason)
@@ -196,16 +202,20 @@ class Stream:
             fuser.reset()
         self.node = None
         self.signer = None
+        self.rejected = False
         if self.store is not None:
             self._follow(server)
 
     def _follow(self, server: FusionServer) -> None:
-        """Follow the store from its root if the queue so far is a stored sequence."""
+        """Follow the store from its root if the queue so far is a stored sequence (up
+        to a decision, which advance() then replays)."""
         node = self.store.root
         signer = BlockSigner(server.handles.entries)
         for op in self.queue:
             node = node.children.get(signer.sign(op))
-            if node is None or node.decision is not None:
+            if node is None:
                 return  # explore: advance() offers the queue to the fusers
+            if node.decision is not None:
+                break
         self.node = node
         self.signer = signer

@@ -269,3 +269,70 @@ def test_store_keeps_the_first_decision_and_forgets_when_full(monkeypatch):
     monkeypatch.setattr(plans, "MAX_NODES", 5)
     store.store([("c",), ("d",), FLUSH], Decision(0, 2, "flush"))
     assert ("a",) not in store.root.children and store.nodes == 4
+
+
+# -- found in review --------------------------------------------------------------------
+def test_register_interrupted_by_another_streams_build_counts_readers_once(fresh_store, baseline):
+    """Registering `w + a`, where `a` waits in another thread's queue for a kernel nobody
+    built yet: the flush stops for the build and the op registers again from the start.
+    `w`'s reader must be counted once, or its buffer never goes back."""
+    import uuid
+
+    twist = clients.custom.elementwise(f"twist_{uuid.uuid4().hex[:8]}", "x * 0.5f + 0.25f")
+    w = clients.asarray(np.ones(1000, np.float32))
+    x = clients.asarray(np.arange(1000, dtype=np.float32))
+    box = {}
+    queued, finish = threading.Event(), threading.Event()
+
+    def other() -> None:
+        box["a"] = clients.cos(twist(x * 0.001))  # queued in this thread's stream, unbuilt
+        queued.set()
+        finish.wait(timeout=60)
+
+    t = threading.Thread(target=other)
+    t.start()
+    queued.wait(timeout=60)
+    before = clients.stats()["compiles"]
+    c = w + box["a"]
+    assert clients.stats()["compiles"] > before  # the flush did build a kernel
+    want = 1 + np.cos(np.arange(1000, dtype=np.float32) * np.float32(0.001) * np.float32(0.5) + np.float32(0.25))
+    np.testing.assert_allclose(c.numpy(), want, rtol=1e-6)
+    finish.set()
+    t.join()
+    del w, x, c, box
+    from tests.conftest import settle
+
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
+
+
+def test_a_rejected_replay_does_not_replace_the_usual_plan(fresh_store):
+    a = rand(256)
+    with server_settings(max_bindings=18):
+        x = clients.asarray(a)
+
+        def kernels(keep: bool) -> int:
+            kept, t = [], x
+            with clients.inspect() as rec:
+                for k in range(6):
+                    t = t * 1.5 + float(k)
+                    if keep:
+                        kept.append(t)
+                t.numpy()
+            return len(rec.kernels)
+
+        assert kernels(False) == 1 and kernels(False) == 1
+        assert kernels(True) == 2  # every intermediate written: over 18 bindings
+        assert [kernels(False) for _ in range(3)] == [1, 1, 1]
+
+
+def test_ops_that_run_alone_replay_without_waiting_for_the_next_op(fresh_store):
+    a = rand((4, 50))
+    x = clients.asarray(a)
+    for k in range(2):
+        np.testing.assert_array_equal(clients.sort(x * float(k + 1)).numpy(), np.sort(a * np.float32(k + 1)))
+    before = counts()
+    for k in range(3):
+        np.testing.assert_array_equal(clients.sort(x * float(k + 3)).numpy(), np.sort(a * np.float32(k + 3)))
+    d = delta(before)
+    assert d["plan_misses"] == 0 and d["explorations"] == 0 and d["plan_hits"] == d["kernels_launched"] == 6

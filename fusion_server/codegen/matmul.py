@@ -109,10 +109,11 @@ def generate(spec: MatmulSpec) -> tuple[str, str]:
         return "\n".join(src) + "\n", name
     # A is staged transposed (As[k][i]), B as is (Bs[k][j]). Each work-item owns WPT
     # consecutive rows and columns, so it reads its operands of a K step from local memory
-    # as WPT-wide vectors: a few wide loads per WPT x WPT multiply-adds. Rows are padded by
-    # 4 elements: the transposing stores spread over the banks, and rows stay aligned.
+    # as 4-wide vectors: a few wide loads per WPT x WPT multiply-adds. Rows are padded by
+    # 4 elements: the transposing stores spread over the banks, and every 4-element group
+    # a work-item reads stays aligned to its vector size (rows of TILE + 4 elements).
     pad = TILE + 4
-    vec = f"{t}{WPT}"
+    vec = f"{t}4"
     src.append(f"  __local {t} As[{TK}][{pad}] __attribute__((aligned(64)));")
     src.append(f"  __local {t} Bs[{TK}][{pad}] __attribute__((aligned(64)));")
     src.append(f"  {t} acc[{WPT}][{WPT}];")
@@ -131,10 +132,10 @@ def generate(spec: MatmulSpec) -> tuple[str, str]:
     src.append("    }")
     src.append("    barrier(CLK_LOCAL_MEM_FENCE);")
     src.append(f"    for (int k = 0; k < {TK}; ++k) {{")
-    src.append(f"      const {vec} av = *(__local const {vec}*)&As[k][ty * {WPT}];")
-    src.append(f"      const {vec} bv = *(__local const {vec}*)&Bs[k][tx * {WPT}];")
     src.append(f"      {t} a[{WPT}], b[{WPT}];")
-    src.append(f"      vstore{WPT}(av, 0, a); vstore{WPT}(bv, 0, b);")
+    for q in range(0, WPT, 4):
+        src.append(f"      vstore4(*(__local const {vec}*)&As[k][ty * {WPT} + {q}], 0, a + {q});")
+        src.append(f"      vstore4(*(__local const {vec}*)&Bs[k][tx * {WPT} + {q}], 0, b + {q});")
     fold = "acc[i][j] = fma(a[i], b[j], acc[i][j]);" if dt.is_float(spec.dtype) else "acc[i][j] += a[i] * b[j];"
     src.append(f"      for (int i = 0; i < {WPT}; ++i) for (int j = 0; j < {WPT}; ++j) {fold}")
     src.append("    }")
