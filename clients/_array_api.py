@@ -19,6 +19,12 @@ from .tensor import Tensor
 
 __array_api_version__ = "2021.12"
 
+# The standard's constants, as Python floats.
+e = math.e
+inf = math.inf
+nan = math.nan
+pi = math.pi
+
 _KINDS = {
     "bool": ("b",),
     "signed integer": ("i",),

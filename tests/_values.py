@@ -71,11 +71,16 @@ def expected_unary(name: str, x: np.ndarray) -> np.ndarray:
 
 
 def expected_binary(name: str, a, b) -> np.ndarray:
-    """numpy's `name(a, b)`, with the library's deliberate differences for bool inputs."""
+    """numpy's `name(a, b)`, with the library's deliberate differences for bool inputs
+    and for floor division with an infinite operand (the Array API's floor(a / b))."""
     with _errstate():
         if name in FLOAT_BINARY and np.result_type(a, b) == BOOL:
             return getattr(np, name)(np.asarray(a, FLOAT32), np.asarray(b, FLOAT32))
-        return np.asarray(getattr(np, name)(a, b))
+        out = np.asarray(getattr(np, name)(a, b))
+        if name == "floor_divide" and out.dtype.kind == "f":
+            inf = np.isinf(a) | np.isinf(b)
+            out = np.where(inf, np.floor(np.true_divide(a, b)).astype(out.dtype), out)
+        return out
 
 
 # -- input values ---------------------------------------------------------------------

@@ -59,3 +59,9 @@ def test_to_device_on_its_own_device_is_the_same_tensor():
 def test_signatures_follow_the_standard(func, params):
     got = [(p.name, p.kind) for p in inspect.signature(func).parameters.values()]
     assert got == params
+
+
+def test_constants_are_the_standard_floats():
+    assert (clients.e, clients.pi) == (np.e, np.pi)
+    assert clients.inf == np.inf and np.isnan(clients.nan)
+    assert all(type(getattr(clients, n)) is float and n in clients.__all__ for n in ("e", "inf", "nan", "pi"))

@@ -98,9 +98,11 @@ def helper_source(name: str, compute: np.dtype) -> str:
     fn = helper_name(name, compute)
     if dt.is_float(compute):
         # numpy's npy_divmod: floor division and a remainder with the divisor's sign.
+        # Infinite operands follow the Array API instead (numpy gives NaN, or -1 for a
+        # negative finite a over +inf): floor(a / b), so inf // 2 is inf and -1 // inf is -0.
         body = {
             "floor_divide": (
-                "if (b == 0) return a / b;\n"
+                "if (b == 0 || isinf(a) || isinf(b)) return floor(a / b);\n"
                 f"  {t} mod = fmod(a, b); {t} div = (a - mod) / b;\n"
                 "  if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1;\n"
                 f"  {t} fl = floor(div); if (div - fl > ({t})0.5) fl += 1;\n"
@@ -187,6 +189,10 @@ def emit(
         # numpy: sign(nan) is nan and sign(-0.0) is +0.0; 0 + a * 0 gives exactly that.
         rest = f"({zero} + ({a}) * {zero})" if isf else zero
         return pick(f"({a}) > {zero}", one, pick(f"({a}) < {zero}", f"-{one}", rest, width), width), compute
+    if name == "tanh" and isf:
+        # Some device libraries round tanh(+-inf) to +-(1 - ulp); the limit is exact.
+        one = f"(({T})(1))"
+        return pick(f"isinf({a})", f"copysign({one}, {a})", f"tanh({a})", width), compute
     if name in _FLOAT_CALL1:
         if isf:
             return f"{name}({a})", compute

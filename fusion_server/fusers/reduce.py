@@ -96,6 +96,8 @@ class ReduceFuser(LimitedFuser):
             return self._close("epilogue ends")
         if any(type(i) is int and i in self.values for i in op.inputs):
             return self._close("epilogue reads a prologue value")
+        if _uses_flat_index(op):
+            return self._close("epilogue uses the element's flat index")
         if not self._fits(op, server, self.epi_values):
             return self._close("epilogue input or limits")
         self.epilogue.append(op)
@@ -105,6 +107,8 @@ class ReduceFuser(LimitedFuser):
     def _take_reduce(self, op: ReduceOp, server: FusionServer) -> bool:
         server.drain_drops()  # the bound below looks at which values are still alive
         prologue = self.prologue
+        if any(_uses_flat_index(p) for p in prologue):
+            return self._close("prologue uses the element's flat index")
         entries = server.handles.entries
         reads: dict[int, int] = {op.input: 1}
         for p in prologue:
@@ -203,8 +207,9 @@ class ReducePlan:
         if nout == 0 or nred == 0:
             nred = 0
         strategy = server.reduce_strategy or ("group" if gpu and nred >= rg.GROUP_SIZE else "loop")
-        index = "long" if max(nout * max(nred, 1), *(e.storage.nbytes // e.ir.dtype.itemsize
-                                                     for e in pro_entries)) > INT32_LIMIT else "int"
+        # The prologue may read no tensor at all (a fill): max() of one tuple, never of one int.
+        largest = max((nout * max(nred, 1), *(e.storage.nbytes // e.ir.dtype.itemsize for e in pro_entries)))
+        index = "long" if largest > INT32_LIMIT else "int"
         # Vector steps along the reduced axis where it is one contiguous (or broadcast) run.
         n_in = len(pro_entries)
         width = server.vector_width
@@ -275,3 +280,12 @@ class ReducePlan:
 
 
 __all__ = ["ReduceFuser", "ReducePlan"]
+
+
+def _uses_flat_index(op: ElementwiseOp) -> bool:
+    """Whether `op` reads the element's flat index (`iota`, e.g. from `x[i] = v`).
+
+    The reduction kernel walks (output, reduced) positions and has no flat element
+    index, so such an op must run in an element-wise kernel before or after it.
+    """
+    return op.name == "iota"
