@@ -280,12 +280,11 @@ def test_register_interrupted_by_another_streams_build_counts_readers_once(fresh
 
     twist = clients.custom.elementwise(f"twist_{uuid.uuid4().hex[:8]}", "x * 0.5f + 0.25f")
     w = clients.asarray(np.ones(1000, np.float32))
-    x = clients.asarray(np.arange(1000, dtype=np.float32))
-    box = {}
+    box = {"x": clients.asarray(np.arange(1000, dtype=np.float32))}
     queued, finish = threading.Event(), threading.Event()
 
     def other() -> None:
-        box["a"] = clients.cos(twist(x * 0.001))  # queued in this thread's stream, unbuilt
+        box["a"] = clients.cos(twist(box["x"] * 0.001))  # queued in this thread's stream, unbuilt
         queued.set()
         finish.wait(timeout=60)
 
@@ -299,7 +298,8 @@ def test_register_interrupted_by_another_streams_build_counts_readers_once(fresh
     np.testing.assert_allclose(c.numpy(), want, rtol=1e-6)
     finish.set()
     t.join()
-    del w, x, c, box
+    box.clear()
+    del w, c
     from tests.conftest import settle
 
     settle()
