@@ -107,27 +107,20 @@ class HandleContainer:
         entry = self.entries[ir.id] = Entry(ir, storage, contiguous_strides(ir.shape), 0, True)
         return entry
 
-    def drop(self, tid: int) -> None:
-        entry = self.entries.get(tid)
-        if entry is not None and entry.alive:
-            entry.alive = False
-            if not entry.readers:  # (most dropped values still have a queued reader)
-                self.maybe_release(entry)
-
     def maybe_release(self, entry: Entry) -> None:
         """Forget `entry` if nobody can use it again; free its storage with the last one."""
         if entry.alive or entry.readers or entry.storage.status == PENDING:
             return
         if self.entries.get(entry.ir.id) is entry:
             del self.entries[entry.ir.id]
-            storage = entry.storage  # unref(), inlined: this runs for every dead value
+            storage = entry.storage
             storage.refs -= 1
             if storage.refs <= 0 and storage.pins <= 0 and storage.nbytes >= 0:
-                self.release_if_unused(storage)
-
-    def unref(self, storage: Storage) -> None:
-        storage.refs -= 1
-        self.release_if_unused(storage)
+                if storage.buffer is None:  # most dead values never got a buffer: a call saved
+                    storage.nbytes = -1
+                    self.storages_live -= 1
+                else:
+                    self.release_if_unused(storage)
 
     def release_if_unused(self, storage: Storage) -> None:
         if storage.refs <= 0 and storage.pins <= 0 and storage.nbytes >= 0:

@@ -264,9 +264,14 @@ class FusionServer:
     def drain_drops(self) -> None:
         """Forget the tensors whose handles were dropped (ids pushed by Tensor.__del__)."""
         drops = self.drops
-        drop = self.handles.drop
-        while drops:
-            drop(drops.popleft())
+        entries = self.handles.entries
+        release = self.handles.maybe_release
+        while drops:  # handles.drop, inlined: this runs for every op's dead value
+            entry = entries.get(drops.popleft())
+            if entry is not None and entry.alive:
+                entry.alive = False
+                if not entry.readers:  # (most dropped values still have a queued reader)
+                    release(entry)
 
     def upload(self, ir: TensorIr, host: np.ndarray) -> None:
         """A tensor holding a copy of `host` (C-contiguous, ir's dtype); never waits."""
@@ -289,9 +294,6 @@ class FusionServer:
         storage.buffer = buffer
         storage.owned = False  # the owner's buffer: ours to read, not to recycle
         self.handles.add(ir, storage, strides, offset)
-
-    def drop(self, tid: int) -> None:
-        self.handles.drop(tid)
 
     # -- running blocks ---------------------------------------------------------------
     def run_plan(self, plan: Plan) -> None:
