@@ -100,17 +100,23 @@ def isdtype(dtype: Any, kind: Any) -> bool:
 
 def linspace(start: float, stop: float, num: int, dtype: Any = None, device: Any = None,
              endpoint: bool = True) -> Tensor:
-    """`num` evenly spaced values from start to stop (computed on the device, fusable)."""
+    """`num` evenly spaced values from start to stop (computed on the device, fusable).
+    An integer dtype takes the floor of the float64 values, as numpy does."""
     num = operator.index(num)
     if num < 0:
         raise ValueError(f"num must be non-negative, got {num}")
     target = dt.normalize(dtype) if dtype is not None else dt.float64
+    if dt.is_bool(target):
+        raise TypeError("linspace needs a numeric dtype, not bool")
+    work = dt.float64 if dt.is_int(target) else target
     div = (num - 1) if endpoint else num
     step = (stop - start) / div if div > 0 else 0.0
-    t = F.arange(num, dtype=target, device=device) * step + start
+    t = F.arange(num, dtype=work, device=device) * step + start
     if endpoint and num > 1:
         # The last value is exactly `stop`, as numpy makes it.
-        t = F.where(F.arange(num, device=device) == num - 1, F.full((), stop, target, device), t)
+        t = F.where(F.arange(num, device=device) == num - 1, F.full((), stop, work, device), t)
+    if work != target:
+        t = F.astype(F.unary("floor", t), target)
     return t
 
 

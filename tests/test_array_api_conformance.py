@@ -151,3 +151,18 @@ def test_mismatched_mask_still_raises():
         x[np.ones(2, bool)]
     with pytest.raises(IndexError):
         x[clients.asarray(np.ones(2, bool))] = 1.0
+
+
+@pytest.mark.parametrize("start, stop, num, endpoint", [(0, 10, 5, True), (-7, 3, 4, False), (-5, 5, 7, True),
+                                                          (3, 3, 1, True), (0, 1, 0, True)])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_linspace_with_an_integer_dtype_floors_as_numpy(start, stop, num, endpoint, dtype):
+    got = clients.linspace(start, stop, num, dtype=dtype, endpoint=endpoint)
+    want = np.linspace(start, stop, num, dtype=dtype, endpoint=endpoint)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_linspace_rejects_bool():
+    with pytest.raises(TypeError):
+        clients.linspace(0, 1, 3, dtype=clients.bool)
