@@ -6,7 +6,7 @@ from __future__ import annotations
 import builtins
 import math
 import operator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyopencl as cl
@@ -36,9 +36,23 @@ _KINDS = {
 }
 
 
-def finfo(dtype: Any) -> np.finfo:
+class FInfo(NamedTuple):
+    """Machine limits of a float dtype, as the standard's finfo object: Python numbers."""
+
+    bits: int
+    eps: float
+    max: float
+    min: float
+    smallest_normal: float
+    dtype: np.dtype
+
+
+def finfo(dtype: Any) -> FInfo:
     """Machine limits of a float dtype (or of a float tensor's dtype)."""
-    return np.finfo(dtype.dtype if isinstance(dtype, Tensor) else dt.normalize(dtype))
+    info = np.finfo(dtype.dtype if isinstance(dtype, Tensor) else dt.normalize(dtype))
+    # numpy gives numpy scalars; the standard asks for Python floats.
+    return FInfo(int(info.bits), float(info.eps), float(info.max), float(info.min),
+                 float(info.smallest_normal), info.dtype)
 
 
 def iinfo(dtype: Any) -> np.iinfo:
@@ -86,17 +100,23 @@ def isdtype(dtype: Any, kind: Any) -> bool:
 
 def linspace(start: float, stop: float, num: int, dtype: Any = None, device: Any = None,
              endpoint: bool = True) -> Tensor:
-    """`num` evenly spaced values from start to stop (computed on the device, fusable)."""
+    """`num` evenly spaced values from start to stop (computed on the device, fusable).
+    An integer dtype takes the floor of the float64 values, as numpy does."""
     num = operator.index(num)
     if num < 0:
         raise ValueError(f"num must be non-negative, got {num}")
     target = dt.normalize(dtype) if dtype is not None else dt.float64
+    if dt.is_bool(target):
+        raise TypeError("linspace needs a numeric dtype, not bool")
+    work = dt.float64 if dt.is_int(target) else target
     div = (num - 1) if endpoint else num
     step = (stop - start) / div if div > 0 else 0.0
-    t = F.arange(num, dtype=target, device=device) * step + start
+    t = F.arange(num, dtype=work, device=device) * step + start
     if endpoint and num > 1:
         # The last value is exactly `stop`, as numpy makes it.
-        t = F.where(F.arange(num, device=device) == num - 1, F.full((), stop, target, device), t)
+        t = F.where(F.arange(num, device=device) == num - 1, F.full((), stop, work, device), t)
+    if work != target:
+        t = F.astype(F.unary("floor", t), target)
     return t
 
 
@@ -175,8 +195,11 @@ def matrix_transpose(x: Tensor) -> Tensor:
 
 
 def vecdot(x1: Tensor, x2: Tensor, axis: int = -1) -> Tensor:
-    """Dot products along `axis`, broadcasting the rest (one fused reduction)."""
-    return R.sum(x1 * x2, axis=axis)
+    """Dot products along `axis`, broadcasting the rest (one fused reduction), in the
+    operands' promoted dtype."""
+    product = x1 * x2
+    # sum alone would widen int32 and bool to int64; vecdot keeps the promoted dtype.
+    return R.sum(product, axis=axis, dtype=product.dtype)
 
 
 def _rect_copies(queue, inputs, outputs, *, axis: int) -> None:

@@ -44,12 +44,68 @@ def _as_mask(k: Any) -> np.ndarray | None:
     A tensor mask is read: the shape of what it selects depends on its values."""
     if type(k) is Tensor:
         return k.numpy() if dt.is_bool(k.dtype) else None
-    if isinstance(k, (bool, np.bool_)):
-        raise IndexError("0-d boolean indices (x[True]) are not supported; use x[None] or a mask array")
     if isinstance(k, (list, np.ndarray)):
         host = np.asarray(k)
         return host if host.dtype.kind == "b" else None
     return None
+
+
+def _scalar_mask(k: Any) -> bool | None:
+    """The value of a 0-d boolean index (True, np.bool_, a 0-d bool tensor or array), else None."""
+    if isinstance(k, (bool, np.bool_)):
+        return bool(k)
+    if type(k) is Tensor or isinstance(k, np.ndarray):
+        return bool(k) if k.ndim == 0 and (dt.is_bool(k.dtype) if type(k) is Tensor else k.dtype.kind == "b") else None
+    return None
+
+
+def _key_dims(k: Any) -> int:
+    """How many of x's dimensions key item k indexes: a mask its ndim, None, ... and 0-d masks none."""
+    if k is None or k is Ellipsis or _scalar_mask(k) is not None:
+        return 0
+    if type(k) is Tensor or isinstance(k, np.ndarray):
+        is_bool = dt.is_bool(k.dtype) if type(k) is Tensor else k.dtype.kind == "b"
+        return k.ndim if is_bool else 1
+    if isinstance(k, list):
+        host = np.asarray(k)
+        return host.ndim if host.dtype.kind == "b" else 1
+    return 1
+
+
+def _lift_scalar_masks(x: Tensor, key: Any) -> tuple[Tensor, Any]:
+    """x and key with every 0-d boolean index spelled as numpy reads it: a new size-1
+    dimension where it stands, indexed by [0] when True and by [] when False."""
+    items = list(key) if isinstance(key, tuple) else [key]
+    for i, k in enumerate(items):
+        flag = _scalar_mask(k)
+        if flag is None:
+            continue
+        if any(item is Ellipsis for item in items[:i]):
+            axis = x.ndim - sum(_key_dims(item) for item in items[i + 1:])
+        else:
+            axis = sum(_key_dims(item) for item in items[:i])
+        if not 0 <= axis <= x.ndim:
+            raise IndexError(f"too many indices for a tensor of {x.ndim} dimensions")
+        x = F.expand_dims(x, axis=axis)
+        items[i] = np.arange(int(flag), dtype=np.int64)
+    return x, tuple(items)
+
+
+def _drop_scalar_masks(key: Any) -> tuple[Any, bool]:
+    """key without its 0-d boolean indices, and whether it still selects anything (no
+    False among them). Assigning through True is assigning through the rest of the key."""
+    items = key if isinstance(key, tuple) else (key,)
+    flags = [_scalar_mask(k) for k in items]
+    if all(f is None for f in flags):
+        return key, True
+    rest = tuple(k for k, f in zip(items, flags) if f is None)
+    return rest, all(f is not False for f in flags)
+
+
+def _mask_fits(mask_shape: tuple[int, ...], dims: tuple[int, ...]) -> bool:
+    """Whether a mask of `mask_shape` can index dimensions `dims`: equal sides, or (as numpy
+    allows) an empty side that selects nothing."""
+    return len(mask_shape) == len(dims) and all(m in (d, 0) for m, d in zip(mask_shape, dims))
 
 
 def _as_index(k: Any) -> Tensor | np.ndarray:
@@ -107,7 +163,7 @@ def _select(x: Tensor, key: Any) -> _Selection:
     for k in expanded:
         if type(k) is _Mask:
             m = k.host
-            if m.shape != x.shape[axis:axis + m.ndim]:
+            if not _mask_fits(m.shape, x.shape[axis:axis + m.ndim]):
                 raise IndexError(
                     f"boolean index of shape {m.shape} does not match the indexed dimensions "
                     f"{tuple(range(axis, axis + m.ndim))} of shape {x.shape[axis:axis + m.ndim]}"
@@ -339,6 +395,7 @@ def getitem(x: Tensor, key: Any) -> Tensor:
     """
     if _is_basic(key):
         return F.getitem(x, key)
+    x, key = _lift_scalar_masks(x, key)
     return _gather(x, _select(x, key))
 
 
@@ -382,6 +439,10 @@ def _fits(value: Any, shape: tuple[int, ...]) -> Any:
     """`value` broadcast to `shape` (scalars stay scalars), or ValueError naming both."""
     if type(value) is not Tensor:
         return value
+    extra = len(value.shape) - len(shape)
+    if extra > 0 and all(side == 1 for side in value.shape[:extra]):
+        # Leading size-1 dimensions are dropped, as numpy does (x[0] = v[None]; x[True] = v).
+        value = F.reshape(value, value.shape[extra:])
     vs = value.shape
     if len(vs) > len(shape) or any(a != 1 and a != b for a, b in zip(vs[::-1], shape[::-1])):
         raise ValueError(f"could not broadcast a value of shape {vs} into the selection of shape {shape}")
@@ -405,6 +466,9 @@ def setitem(x: Tensor, key: Any, value: Any) -> None:
     not vary along the selected elements, else the mask is read as for `x[mask]`.
     """
     value = _value_for(x, value)
+    key, selects = _drop_scalar_masks(key)
+    if not selects:
+        return
     if _is_basic(key):
         new = _assign_basic(x, key, value)
     else:
@@ -540,6 +604,8 @@ def _assign_mask(x: Tensor, key: Any, value: Any) -> Tensor | None:
     selected element: where(mask, value, x). None when the value varies along them."""
     mask = key[0] if isinstance(key, tuple) else key
     m = mask.ndim
+    if mask.shape != x.shape[:m] and _mask_fits(mask.shape, x.shape[:m]):
+        return x  # an empty mask side selects nothing
     if mask.shape != x.shape[:m]:
         raise IndexError(f"boolean index of shape {mask.shape} does not match the indexed dimensions "
                          f"of shape {x.shape[:m]}")

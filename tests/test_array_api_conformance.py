@@ -65,3 +65,104 @@ def test_constants_are_the_standard_floats():
     assert (clients.e, clients.pi) == (np.e, np.pi)
     assert clients.inf == np.inf and np.isnan(clients.nan)
     assert all(type(getattr(clients, n)) is float and n in clients.__all__ for n in ("e", "inf", "nan", "pi"))
+
+
+def test_finfo_fields_are_python_numbers():
+    for dtype, host in ((clients.float32, np.float32), (clients.float64, np.float64)):
+        for arg in (dtype, clients.asarray(host(1))):
+            info = clients.finfo(arg)
+            want = np.finfo(host)
+            assert type(info.bits) is int and info.bits == want.bits
+            for field in ("eps", "max", "min", "smallest_normal"):
+                assert type(getattr(info, field)) is float
+                assert getattr(info, field) == float(getattr(want, field))
+            assert info.dtype == host
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.float32])
+def test_vecdot_keeps_the_promoted_dtype(dtype):
+    a = np.arange(12, dtype=dtype).reshape(3, 4)
+    b = np.arange(4, dtype=dtype)[::-1].copy()
+    got = clients.vecdot(clients.asarray(a), clients.asarray(b))
+    want = np.vecdot(a, b)
+    assert got.dtype == want.dtype == dtype
+    np.testing.assert_array_equal(got.numpy(), want)
+    empty = clients.vecdot(clients.asarray(a[:, :0]), clients.asarray(b[:0]))
+    assert empty.dtype == dtype
+    np.testing.assert_array_equal(empty.numpy(), np.zeros(3, dtype))
+
+
+@pytest.mark.parametrize("key", [True, False, np.True_, (True,), (Ellipsis, True), (0, True), (True, 1),
+                                 (slice(None), False, 1), (np.True_, None, 1)])
+def test_zero_dimensional_boolean_index_reads_as_numpy(key):
+    host = np.arange(6.0).reshape(2, 3)
+    got = clients.asarray(host)[key]
+    np.testing.assert_array_equal(got.numpy(), host[key])
+    assert got.shape == host[key].shape
+
+
+def test_zero_dimensional_boolean_tensor_index():
+    host = np.float32(3.0)
+    x = clients.asarray(host)
+    for flag in (True, False):
+        mask = clients.asarray(np.bool_(flag))
+        np.testing.assert_array_equal(x[mask].numpy(), np.asarray(host)[np.bool_(flag)])
+
+
+def test_zero_dimensional_boolean_index_assigns_as_numpy():
+    host = np.arange(6.0).reshape(2, 3)
+    x = clients.asarray(host)
+    x[clients.asarray(np.False_)] = 5.0
+    host[np.False_] = 5.0
+    np.testing.assert_array_equal(x.numpy(), host)
+    x[True] = 7.0
+    host[True] = 7.0
+    np.testing.assert_array_equal(x.numpy(), host)
+    x[0, True] = clients.asarray(np.array([[1.0, 2.0, 3.0]]))
+    host[0, True] = np.array([[1.0, 2.0, 3.0]])
+    np.testing.assert_array_equal(x.numpy(), host)
+
+
+def test_assigned_value_may_have_leading_unit_dimensions():
+    host = np.zeros((2, 3))
+    x = clients.asarray(host)
+    value = np.arange(3.0).reshape(1, 1, 3)
+    x[1] = clients.asarray(value)
+    host[1] = value
+    np.testing.assert_array_equal(x.numpy(), host)
+    with pytest.raises(ValueError):
+        x[1] = clients.asarray(np.ones((2, 3)))
+
+
+@pytest.mark.parametrize("shape, mask_shape", [((1,), (0,)), ((3, 2), (0,)), ((3, 2), (3, 0))])
+def test_mask_with_an_empty_side_selects_nothing(shape, mask_shape):
+    host = np.arange(float(np.prod(shape))).reshape(shape)
+    mask = np.zeros(mask_shape, bool)
+    x = clients.asarray(host)
+    assert x[mask].shape == host[mask].shape
+    assert x[clients.asarray(mask)].shape == host[mask].shape
+    x[clients.asarray(mask)] = -1.0
+    np.testing.assert_array_equal(x.numpy(), host)
+
+
+def test_mismatched_mask_still_raises():
+    x = clients.asarray(np.ones((3, 2)))
+    with pytest.raises(IndexError):
+        x[np.ones(2, bool)]
+    with pytest.raises(IndexError):
+        x[clients.asarray(np.ones(2, bool))] = 1.0
+
+
+@pytest.mark.parametrize("start, stop, num, endpoint", [(0, 10, 5, True), (-7, 3, 4, False), (-5, 5, 7, True),
+                                                          (3, 3, 1, True), (0, 1, 0, True)])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_linspace_with_an_integer_dtype_floors_as_numpy(start, stop, num, endpoint, dtype):
+    got = clients.linspace(start, stop, num, dtype=dtype, endpoint=endpoint)
+    want = np.linspace(start, stop, num, dtype=dtype, endpoint=endpoint)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_linspace_rejects_bool():
+    with pytest.raises(TypeError):
+        clients.linspace(0, 1, 3, dtype=clients.bool)

@@ -101,8 +101,12 @@ def test_bad_masks_raise():
     _, x = _pair((4, 6))
     with pytest.raises(IndexError, match=r"shape \(3,\) does not match"):
         x[np.array([True, False, True])]
-    with pytest.raises(IndexError, match="0-d boolean"):
-        x[True]
+
+
+def test_zero_dimensional_bool_index_adds_a_dimension():
+    a, x = _pair((4, 6))
+    _equal(x[True], a[True])
+    _equal(x[False], a[False])
 
 
 # -- assignment with basic keys -------------------------------------------------------------------
