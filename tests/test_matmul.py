@@ -119,3 +119,17 @@ def test_both_matmul_strategies_agree_with_numpy(strategy, mkn):
     np.testing.assert_allclose(got, np.maximum(a @ w + bias, 0), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got_t, a[:5].T @ w[:5], rtol=1e-4, atol=1e-4)
     assert [r.kind for r in rec.kernels] == ["matmul", "matmul"]
+
+
+def test_index_dependent_work_after_a_matmul_runs_in_its_own_kernel():
+    """tril, eye and item assignment read the element's flat index, which a matmul
+    kernel's epilogue does not have: they run after it, with numpy's values."""
+    a = rand((5, 5))
+    x = clients.asarray(a)
+    np.testing.assert_allclose(clients.tril(x @ x).numpy(), np.tril(a @ a), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(((x @ x) * clients.eye(5)).numpy(), (a @ a) * np.eye(5), rtol=1e-5, atol=1e-5)
+    y = x @ x
+    y[0] = 5.0
+    want = a @ a
+    want[0] = 5.0
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)

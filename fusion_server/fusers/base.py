@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from ..ir import OperationIr
+from ..ir import ElementwiseOp, OperationIr
 
 if TYPE_CHECKING:
     from ..server import FusionServer
@@ -69,3 +69,13 @@ class LimitedFuser:
         self.closed = True
         self.close_reason = reason
         return False
+
+
+def uses_flat_index(op: ElementwiseOp) -> bool:
+    """Whether `op` reads the element's flat index (`iota`: from `x[i] = v`, `eye`, `tril`).
+
+    Only element-wise kernels have that index: a reduction kernel walks (output, reduced)
+    positions and a matmul kernel output tiles, so such an op runs in an element-wise
+    kernel before or after them.
+    """
+    return op.name == "iota"

@@ -14,7 +14,7 @@ from ..compiling import NeedsCompile
 from ..errors import TensorFailedError
 from ..handles import PENDING
 from ..ir import ElementwiseOp, MatmulOp, OperationIr, size_of
-from .base import LimitedFuser
+from .base import LimitedFuser, uses_flat_index
 from .elementwise import (
     INT32_LIMIT,
     epilogue_outputs,
@@ -56,6 +56,8 @@ class MatmulFuser(LimitedFuser):
             return True
         if type(op) is not ElementwiseOp or op.out.shape != self.matmul.out.shape:
             return self._close("epilogue ends")
+        if uses_flat_index(op):
+            return self._close("epilogue uses the element's flat index")
         new = set()
         scalars = 0
         for operand in op.inputs:

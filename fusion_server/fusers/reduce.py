@@ -22,7 +22,7 @@ from ..compiling import NeedsCompile
 from ..errors import TensorFailedError
 from ..handles import PENDING
 from ..ir import ElementwiseOp, OperationIr, ReduceOp, contiguous_strides, size_of
-from .base import LimitedFuser
+from .base import LimitedFuser, uses_flat_index
 from .elementwise import (
     INT32_LIMIT,
     epilogue_outputs,
@@ -96,7 +96,7 @@ class ReduceFuser(LimitedFuser):
             return self._close("epilogue ends")
         if any(type(i) is int and i in self.values for i in op.inputs):
             return self._close("epilogue reads a prologue value")
-        if _uses_flat_index(op):
+        if uses_flat_index(op):
             return self._close("epilogue uses the element's flat index")
         if not self._fits(op, server, self.epi_values):
             return self._close("epilogue input or limits")
@@ -107,7 +107,7 @@ class ReduceFuser(LimitedFuser):
     def _take_reduce(self, op: ReduceOp, server: FusionServer) -> bool:
         server.drain_drops()  # the bound below looks at which values are still alive
         prologue = self.prologue
-        if any(_uses_flat_index(p) for p in prologue):
+        if any(uses_flat_index(p) for p in prologue):
             return self._close("prologue uses the element's flat index")
         entries = server.handles.entries
         reads: dict[int, int] = {op.input: 1}
@@ -281,11 +281,3 @@ class ReducePlan:
 
 __all__ = ["ReduceFuser", "ReducePlan"]
 
-
-def _uses_flat_index(op: ElementwiseOp) -> bool:
-    """Whether `op` reads the element's flat index (`iota`, e.g. from `x[i] = v`).
-
-    The reduction kernel walks (output, reduced) positions and has no flat element
-    index, so such an op must run in an element-wise kernel before or after it.
-    """
-    return op.name == "iota"
