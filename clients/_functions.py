@@ -582,6 +582,8 @@ def broadcast_to(x: Tensor, shape: Any) -> Tensor:
 
 def broadcast_arrays(*arrays: Tensor) -> list[Tensor]:
     """The arrays broadcast against each other: views of a common shape, no copies."""
+    if not arrays:
+        return []
     shape = broadcast_shapes(*(a.shape for a in arrays))
     return [broadcast_to(a, shape) for a in arrays]
 

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fusion_server import dtypes as dt
+from fusion_server.fusers.sort import MAX_ROW
 from fusion_server.ir import SortOp
 
 from . import _functions as F
@@ -72,6 +73,10 @@ def _sorted(name: str, x: Any, axis: Any, descending: Any, stable: Any) -> Tenso
     axis = _sort_axis(x, axis, name)
     descending = _flag(descending, "descending", name)
     _flag(stable, "stable", name)  # always stable: a stable order is also a valid unstable one
+    n_rows = x.size // x.shape[axis] if x.shape[axis] else 0
+    if x.shape[axis] > MAX_ROW or n_rows >= 2**31:
+        raise ValueError(f"{name}: rows of {x.shape[axis]} elements ({n_rows} rows) are more than the device "
+                         f"sort supports (rows of at most {MAX_ROW} elements, fewer than 2**31 rows)")
     order = [d for d in range(x.ndim) if d != axis] + [axis]
     rows = _contiguous(x if axis == x.ndim - 1 else F.permute_dims(x, order))
     client = rows._client

@@ -166,3 +166,7 @@ def test_linspace_with_an_integer_dtype_floors_as_numpy(start, stop, num, endpoi
 def test_linspace_rejects_bool():
     with pytest.raises(TypeError):
         clients.linspace(0, 1, 3, dtype=clients.bool)
+
+
+def test_broadcast_arrays_of_nothing_is_empty():
+    assert clients.broadcast_arrays() == []

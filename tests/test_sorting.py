@@ -257,3 +257,12 @@ def test_nonzero():
         np.testing.assert_array_equal(g.numpy(), w)
     with pytest.raises(ValueError, match="0-d"):
         clients.nonzero(clients.asarray(1.0))
+
+
+def test_rows_too_long_for_the_kernels_raise_at_the_call():
+    huge = clients.broadcast_to(clients.asarray(np.float32(1)), (2**30 + 1,))  # a view: nothing allocated
+    with pytest.raises(ValueError, match="rows of 1073741825 elements"):
+        clients.sort(huge)
+    with pytest.raises(ValueError, match="more than the device sort supports"):
+        clients.argsort(huge)
+    np.testing.assert_array_equal(clients.sort(clients.asarray([3.0, 1.0])).numpy(), [1.0, 3.0])

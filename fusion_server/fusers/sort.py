@@ -109,32 +109,34 @@ class SortPlan:
         if not final:
             size = rows * n
             scratch = [(pool.alloc(size * kbytes), pool.alloc(size * 4)) for _ in range(2)]
-        keys, idx = scratch[0] if scratch else (None, None)
-        in_off = np.int64(src.offset)
-        args = [src.storage.buffer, in_off, np.int32(rows), np.int32(n), np.int32(seg),
-                np.int32(op.descending), np.int32(final), keys, idx, out_values, out_indices,
-                cl.LocalMemory(2 * items * kbytes), cl.LocalMemory(2 * items * 4)]
-        self._launch(server, tiles, n_tiles * items, items, args)
+        try:
+            keys, idx = scratch[0] if scratch else (None, None)
+            in_off = np.int64(src.offset)
+            args = [src.storage.buffer, in_off, np.int32(rows), np.int32(n), np.int32(seg),
+                    np.int32(op.descending), np.int32(final), keys, idx, out_values, out_indices,
+                    cl.LocalMemory(2 * items * kbytes), cl.LocalMemory(2 * items * 4)]
+            self._launch(server, tiles, n_tiles * items, items, args)
 
-        # Merge passes: runs of `seg` pairs double until one covers the row.
-        most = _pow2_floor(min(server.runtime.local_size,
-                               merge.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device)))
-        run, k = seg, 0
-        while run < n:
-            (k_in, i_in), (k_out, i_out) = scratch[k % 2], scratch[(k + 1) % 2]
-            last = 2 * run >= n
-            chunk = min(MERGE_CHUNK.get(server.info.kind, MERGE_CHUNK_OTHER), 2 * run)  # a power of two
-            per_row = _ceil_div(n, chunk)
-            local = min(most, _pow2_ceil(per_row))  # a short row's work-group is no wider than it
-            groups = rows * _ceil_div(per_row, local)
-            args = [k_in, i_in, np.int32(rows), np.int32(n), np.int32(run), np.int32(chunk), np.int32(last),
-                    k_out, i_out, src.storage.buffer, in_off, out_values, out_indices]
-            self._launch(server, merge, groups * local, local, args)
-            run, k = 2 * run, k + 1
-        # The in-order queue runs the passes before any later use of these buffers.
-        for k_buf, i_buf in scratch:
-            pool.free(k_buf, rows * n * kbytes)
-            pool.free(i_buf, rows * n * 4)
+            # Merge passes: runs of `seg` pairs double until one covers the row.
+            most = _pow2_floor(min(server.runtime.local_size,
+                                   merge.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device)))
+            run, k = seg, 0
+            while run < n:
+                (k_in, i_in), (k_out, i_out) = scratch[k % 2], scratch[(k + 1) % 2]
+                last = 2 * run >= n
+                chunk = min(MERGE_CHUNK.get(server.info.kind, MERGE_CHUNK_OTHER), 2 * run)  # a power of two
+                per_row = _ceil_div(n, chunk)
+                local = min(most, _pow2_ceil(per_row))  # a short row's work-group is no wider than it
+                groups = rows * _ceil_div(per_row, local)
+                args = [k_in, i_in, np.int32(rows), np.int32(n), np.int32(run), np.int32(chunk), np.int32(last),
+                        k_out, i_out, src.storage.buffer, in_off, out_values, out_indices]
+                self._launch(server, merge, groups * local, local, args)
+                run, k = 2 * run, k + 1
+        finally:  # also when a launch fails: the scratch goes back to the pool
+            # The in-order queue runs the passes before any later use of these buffers.
+            for k_buf, i_buf in scratch:
+                pool.free(k_buf, rows * n * kbytes)
+                pool.free(i_buf, rows * n * 4)
         server.mark_ready([e.storage for e in outs])
 
     def _launch(self, server: FusionServer, kernel: cl.Kernel, global_size: int, local: int, args: list) -> None:
