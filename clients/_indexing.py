@@ -157,6 +157,10 @@ def _select(x: Tensor, key: Any) -> _Selection:
     """
     key = tuple(_Mask(m) if (m := _as_mask(k)) is not None else k
                 for k in (key if isinstance(key, tuple) else (key,)))
+    # numpy's rule is about the key as written: index arrays with anything between them
+    # (a slice, None, or an ellipsis, even one that stands for no dimension) are separated.
+    spots = [i for i, k in enumerate(key) if k is not None and k is not Ellipsis and type(k) is not slice]
+    separated = bool(spots) and spots != list(range(spots[0], spots[-1] + 1))
     expanded = F.expand_ellipsis(key, x.ndim, lambda k: k.host.ndim if type(k) is _Mask else 1)
     items: list[Any] = []
     axis = 0
@@ -195,7 +199,7 @@ def _select(x: Tensor, key: Any) -> _Selection:
     indices = [F.broadcast_to(t, b_shape) if t.shape != b_shape else t for t in indices]
     rest = [d for d in range(len(region_shape)) if d not in adv]
     b_dims = list(range(len(b_shape)))
-    if not adv or adv == list(range(adv[0], adv[-1] + 1)):
+    if not adv or not separated:
         # Adjacent index arrays replace their dimensions in place (numpy's rule) ...
         before = [d for d in rest if not adv or d < adv[0]]
         after = [d for d in rest if adv and d > adv[-1]]

@@ -404,3 +404,16 @@ def test_array_protocol():
     _equal(x, a)  # a copy, not the tensor
     with pytest.raises(ValueError, match="always a copy"):
         np.asarray(x, copy=False)
+
+
+@pytest.mark.parametrize("key", [
+    (slice(None), [[0], [0]], Ellipsis, -1),  # an ellipsis for no dimension still separates
+    (slice(None), [0, 1], Ellipsis, np.array(-1)),
+    ([0, 1], Ellipsis, [0, 0]),
+    ([0, 2], slice(None), 0),
+    (0, slice(None), [0, 1]),
+    ([1], None, [0]),
+])
+def test_index_arrays_separated_in_the_key_put_their_dimensions_first(key):
+    a = np.arange(27, dtype=np.float32).reshape(3, 3, 3)
+    np.testing.assert_array_equal(xp.asarray(a)[key].numpy(), a[key])
