@@ -218,11 +218,21 @@ def binary(name: str, a: Any, b: Any) -> Tensor:
     return binary(name, _as_tensor(a, client), _as_tensor(b, client))
 
 
+_FLOATS: dict[tuple[float, np.dtype], np.floating] = {}  # Python float -> its numpy scalar, per dtype
+
+
 def _tensor_scalar(name: str, a: Tensor, b: bool | int | float, swapped: bool) -> Tensor:
     """Op `name` of tensor `a` and Python scalar `b` (`b op a` when swapped): the hot path."""
     da = a.dtype
     if type(b) is float and da.kind == "f":
-        dtype, value = da, da.type(b)
+        # Making a numpy scalar costs more than the rest of this function; code repeats its
+        # constants, so they are kept (not zeros: 0.0 and -0.0 are equal keys).
+        dtype = da
+        value = _FLOATS.get((b, da))
+        if value is None:
+            value = da.type(b)
+            if b and len(_FLOATS) < 4096:
+                _FLOATS[(b, da)] = value
     else:
         dtype = dt.promote_scalar(da, b)
         if type(b) is int and name in _COMPARISONS and dtype.kind == "i":

@@ -591,3 +591,21 @@ def test_random_float32_maximum_and_comparison(a, data):
     ta, tb = clients.asarray(a), clients.asarray(b)
     assert_tensor(clients.maximum(ta, tb), np.maximum(a, b))
     assert_tensor(ta <= tb, a <= b)
+
+
+def test_repeated_python_float_scalars_keep_their_sign_and_value():
+    """Python floats are turned into numpy scalars once and kept: -0.0 and 0.0 (equal as
+    keys) must stay apart, NaN and infinities must survive, dtypes must not mix."""
+    a32 = np.array([1.0, -2.0, 3.5], np.float32)
+    x = clients.asarray(a32)
+    for _ in range(2):
+        assert np.array_equal(np.signbit((x * -0.0).numpy()), np.signbit(a32 * np.float32(-0.0)))
+        assert np.array_equal(np.signbit((x * 0.0).numpy()), np.signbit(a32 * np.float32(0.0)))
+        assert np.isnan((x + float("nan")).numpy()).all()
+        assert ((x * float("inf")).numpy() == a32 * np.float32(np.inf)).all()
+        got = (x * 0.1).numpy()
+        assert got.dtype == np.float32 and np.array_equal(got, a32 * np.float32(0.1))
+    if clients.client_for().fp64:
+        y = clients.asarray(a32.astype(np.float64))
+        got = (y * 0.1).numpy()
+        assert got.dtype == np.float64 and np.array_equal(got, a32.astype(np.float64) * 0.1)
