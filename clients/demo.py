@@ -1,8 +1,9 @@
 """The main job: several threads run real element-wise pipelines through `clients`.
 
 Each thread runs one workload a few times, checks every result against numpy, and the
-run ends with a report: ops recorded, kernels launched, compiles, and wall time against
-numpy and against eager mode (one kernel per op, the unfused baseline).
+run ends with a report: ops recorded, kernels launched, compiles, blocks replayed from
+stored plans, and wall time against numpy and against eager mode (one kernel per op, the
+unfused baseline).
 """
 
 from __future__ import annotations
@@ -124,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{eager_kernels:,} eager")
     print(f"compiles            {after['compiles']} in total ({after['compile_seconds']:.1f} s, "
           f"{after['compiles'] - before['compiles']} during the timed run)")
+    hits = after["plan_hits"] - before["plan_hits"]
+    explored = after["explorations"] - before["explorations"]
+    print(f"plan store          {hits} of {hits + explored} fused blocks replayed from stored plans, "
+          f"{explored} explored by the fusers")
     print(f"wall time           fused {t_fused:.3f} s, eager {t_eager:.3f} s, numpy {t_numpy:.3f} s")
     print(f"speed-up            {t_eager / t_fused:.2f}x over eager, {t_numpy / t_fused:.2f}x over numpy")
     print("result              " + ("all checks passed" if ok else "MISMATCH against numpy"))
