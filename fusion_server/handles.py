@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .errors import DroppedTensorError
-from .ir import TensorIr, contiguous_strides, size_of
+from .ir import _STRIDES, TensorIr, contiguous_strides, size_of
 
 PENDING = 0  # an op in a stream will write it
 READY = 1  # written, or its writer is enqueued on the in-order queue
@@ -48,6 +48,33 @@ class Entry:
         self.readers = 0  # queued ops that read it
         self.contiguous = contiguous  # C-contiguous from offset 0
         storage.refs += 1
+
+
+_object_new = object.__new__
+
+
+def pending_entry(ir: TensorIr, nbytes: int, stream: int) -> Entry:
+    """`Entry(ir, Storage(nbytes, PENDING, stream), contiguous strides, 0, True)` without
+    the two __init__ calls: every recorded op makes one, so the slots are set here directly
+    (keep them in step with the classes above)."""
+    st = _object_new(Storage)
+    st.buffer = None
+    st.nbytes = nbytes
+    st.status = PENDING
+    st.stream = stream
+    st.error = None
+    st.refs = 1
+    st.pins = 0
+    st.owned = True
+    e = _object_new(Entry)
+    e.ir = ir
+    e.storage = st
+    e.strides = _STRIDES.get(ir.shape) or contiguous_strides(ir.shape)
+    e.offset = 0
+    e.alive = True
+    e.readers = 0
+    e.contiguous = True
+    return e
 
 
 def span_of(shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> tuple[int, int]:
@@ -98,13 +125,6 @@ class HandleContainer:
         strides = tuple(strides)
         contiguous = offset == 0 and strides == contiguous_strides(ir.shape)
         entry = self.entries[ir.id] = Entry(ir, storage, strides, offset, contiguous)
-        return entry
-
-    def add_pending(self, ir: TensorIr, stream: int) -> Entry:
-        """A contiguous tensor that a queued op in `stream` will write."""
-        self.storages_live += 1
-        storage = Storage(size_of(ir.shape) * ir.dtype.itemsize, PENDING, stream)
-        entry = self.entries[ir.id] = Entry(ir, storage, contiguous_strides(ir.shape), 0, True)
         return entry
 
     def maybe_release(self, entry: Entry) -> None:

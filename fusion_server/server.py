@@ -25,9 +25,8 @@ from .fusers.elementwise import ElementwiseFuser, ElementwisePlan
 from .fusers.matmul import MatmulFuser, MatmulPlan
 from .fusers.reduce import ReduceFuser, ReducePlan
 from .fusers.sort import SortPlan
-from .handles import FAILED, PENDING, READY, Entry, HandleContainer, Storage, span_of
+from .handles import FAILED, PENDING, READY, HandleContainer, Storage, pending_entry, span_of
 from .ir import (
-    _STRIDES,  # contiguous_strides' memo, read directly on the hot path
     CustomKernelOp,
     ElementwiseOp,
     MatmulOp,
@@ -36,7 +35,6 @@ from .ir import (
     SortOp,
     TensorIr,
     ViewOp,
-    contiguous_strides,
     outputs_of,
     tensor_inputs,
 )
@@ -250,14 +248,12 @@ class FusionServer:
         for entry in reads:
             entry.readers += 1
         self.counters["ops_registered"] += 1
-        for out in outs:  # handles.add_pending, inlined
+        for out in outs:  # a pending entry per output: the value a queued op will write
             handles.storages_live += 1
-            shape = out.shape
             nbytes = out.dtype.itemsize
-            for d in shape:
+            for d in out.shape:
                 nbytes *= d
-            storage = Storage(nbytes, PENDING, stream_id)
-            entries[out.id] = Entry(out, storage, _STRIDES.get(shape) or contiguous_strides(shape), 0, True)
+            entries[out.id] = pending_entry(out, nbytes, stream_id)
         stream = self.streams.get(stream_id) or self.stream(stream_id)
         stream.register(op, self)
 
