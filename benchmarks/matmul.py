@@ -78,8 +78,10 @@ def _torch_variant(a: np.ndarray, w: np.ndarray, bias: np.ndarray
     return run, lambda out: out.cpu().numpy(), f"cuBLAS through PyTorch {torch.__version__} on {name}, TF32 off"
 
 
-def _pause() -> None:
-    time.sleep(0.1)
+def _let_blas_threads_sleep() -> None:
+    # OpenBLAS's threads spin on the cores for a while after numpy returns: 0.1 s was not
+    # enough on a 2-core machine (a device kernel timed then ran at half speed), 0.5 s was.
+    time.sleep(0.5)
 
 
 def run(n: int | None = None, repeat: int = 10) -> dict:
@@ -130,9 +132,11 @@ def run(n: int | None = None, repeat: int = 10) -> dict:
             counts[name] = max(MIN_REPEAT, min(repeat, int(BUDGET_S / max(once, 1e-9))))
         for recs in records.values():
             recs.clear()
-        # A pause before every sample: BLAS threads keep spinning on the cores for a while
-        # after numpy returns, and would slow whichever variant runs next.
-        pause = {name: _pause for name in variants}
+        # Each variant is timed at its best: ours after BLAS threads went to sleep (they
+        # would share the cores), numpy right after an untimed product (its threads awake:
+        # the first product after a pause ran up to 1.7x slower).
+        pause = {name: _let_blas_threads_sleep for name in variants}
+        pause["numpy"] = lambda: a @ w
         timings = common.time_rounds(variants, repeat, warmup=0, setup=pause, repeats=counts)
     finally:
         clients.set_mode("lazy")

@@ -137,7 +137,7 @@ class FusionServer:
         self.reduce_strategy: str | None = None
         self.matmul_strategy: str | None = None  # likewise: "tiled" (GPUs) or "rows" (CPUs)
         # Elements per work-item where layouts allow (FUSION_VECTOR_WIDTH=1: scalar code only).
-        self.vector_width = _env_int("FUSION_VECTOR_WIDTH") or 4
+        self.vector_width = _env_int("FUSION_VECTOR_WIDTH") or info.vector_width
         if self.vector_width not in (1, 2, 4, 8, 16):
             raise FusionError(f"FUSION_VECTOR_WIDTH={self.vector_width}: expected 1, 2, 4, 8 or 16")
         self.fuser_factories: list[Callable[[FusionServer], Fuser]] = []

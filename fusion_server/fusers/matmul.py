@@ -147,8 +147,11 @@ class MatmulPlan:
             args += [e.storage.buffer for e in epi_entries[1:]]
             args += scalars
             if spec.strategy == "rows":
-                groups = ((n + mg.COLS - 1) // mg.COLS, (m + mg.ROWS - 1) // mg.ROWS, nbatch)
-                event = kernel(server.runtime.queue, groups, None, *args)
+                cols = mg.rows_columns(spec.dtype)
+                groups = ((n + cols - 1) // cols, (m + mg.ROWS - 1) // mg.ROWS, nbatch)
+                # One work-item per group: its private panels stay with it (larger groups
+                # made PoCL interleave work-items and their panels).
+                event = kernel(server.runtime.queue, groups, (1, 1, 1), *args)
             else:
                 tile = spec.tile
                 groups = ((n + tile - 1) // tile * mg.LOCAL, (m + tile - 1) // tile * mg.LOCAL, nbatch)
