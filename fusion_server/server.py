@@ -17,6 +17,7 @@ import numpy as np
 import pyopencl as cl
 
 from .codegen import elementwise as cg
+from .codegen import expressions as ex
 from .compiling import CompileJob, NeedsCompile
 from .errors import FusionError, TensorFailedError
 from .fusers.base import Fuser, Plan
@@ -120,6 +121,8 @@ class FusionServer:
     ):
         self.info = info
         self.runtime = DeviceRuntime(info)
+        if info.kind == "CPU" and not info.is_simulator:
+            self.runtime.programs.options = (f"-D{ex.PLAIN_VECTORS}",)
         self.handles = HandleContainer(self.runtime.pool.free)
         # Ids of dropped tensors, pushed without the lock (Tensor.__del__). Registering does
         # not drain them; running a block, and every other locked call, does first.

@@ -136,7 +136,7 @@ def _body(spec: KernelSpec, width: int) -> list[str]:
         T = ex.type_name(dtype, width)
         if cls in ("contig", "offset"):
             at = "idx" if cls == "contig" else f"O{k} + idx"
-            load = f"in{k}[{at}]" if width == 1 else f"vload{width}(0, in{k} + {at})"
+            load = f"in{k}[{at}]" if width == 1 else ex.vload(f"in{k} + {at}", dtype, width)
         elif cls == "scalar":
             load = ex.splat(f"in{k}[O{k}]", dtype, width)
         else:
@@ -146,7 +146,7 @@ def _body(spec: KernelSpec, width: int) -> list[str]:
                 # Width > 1 only reaches here for strided1 / strided0 (see `choose_width`).
                 load = f"in{k}[p{k}]"
             elif cls == "strided1":
-                load = f"vload{width}(0, in{k} + p{k})"
+                load = ex.vload(f"in{k} + p{k}", dtype, width)
             else:
                 load = ex.splat(f"in{k}[p{k}]", dtype, width)
         lines.append(f"const {T} x{k} = {load};")
@@ -158,7 +158,7 @@ def _body(spec: KernelSpec, width: int) -> list[str]:
         if width == 1:
             lines.append(f"out{m}[idx] = v{j};")
         else:
-            lines.append(f"vstore{width}(v{j}, 0, out{m} + idx);")
+            lines.append(ex.vstore(f"v{j}", f"out{m} + idx", spec.ops[j].out, width))
     return lines
 
 
@@ -175,6 +175,7 @@ def generate(spec: KernelSpec) -> tuple[str, str]:
     src.append(f"typedef {spec.index} IDX;")
     if W > 1:
         src.append(f"typedef {spec.index}{W} IDX{W};")
+        src += ex.vector_access({d for d, _ in spec.inputs} | {spec.ops[j].out for j in spec.outputs}, W)
     helpers = sorted(
         {(op.name, op.compute) for op in spec.ops if ex.needs_scalar_code(op.name, op.compute)},
         key=repr,

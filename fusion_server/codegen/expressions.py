@@ -18,6 +18,48 @@ def type_name(dtype: np.dtype, width: int) -> str:
     return base if width == 1 else f"{base}{width}"
 
 
+# Defined (a build option) on CPU drivers: vectors are read and written through plain
+# pointer dereferences of unaligned vector types instead of vloadN / vstoreN. PoCL
+# compiles those built-ins to function calls, which halved a memory-bound kernel's
+# bandwidth (14 against 28 GB/s); a dereference is one unaligned vector move.
+PLAIN_VECTORS = "FUSION_PLAIN_VECTORS"
+
+
+def vector_access(dtypes: set, width: int) -> list[str]:
+    """Source lines defining VLOAD(T, W, p) and VSTORE(T, W, v, p) for vectors of `width`
+    elements of `dtypes`, read and written at any element-aligned address."""
+    if width == 1:
+        return []
+    lines = [f"#ifdef {PLAIN_VECTORS}"]
+    for dtype in sorted(dtypes, key=str):
+        base = dt.CL_NAME[dtype]
+        attributes = f"ext_vector_type({width}), aligned(sizeof({base}))"
+        lines.append(f"typedef {base} {base}{width}_u __attribute__(({attributes}));")
+    lines += ["#define VLOAD(T, W, p) (*(__global const T##W##_u*)(p))",
+              "#define VSTORE(T, W, v, p) (*(__global T##W##_u*)(p) = (v))",
+              "#else",
+              "#define VLOAD(T, W, p) vload##W(0, p)",
+              "#define VSTORE(T, W, v, p) vstore##W(v, 0, p)",
+              "#endif"]
+    return lines
+
+
+def vload(pointer: str, dtype: np.dtype, width: int) -> str:
+    """The `width` elements of `dtype` at `pointer` (see vector_access)."""
+    return f"VLOAD({dt.CL_NAME[dtype]}, {width}, {pointer})"
+
+
+def vstore(value: str, pointer: str, dtype: np.dtype, width: int) -> str:
+    return f"VSTORE({dt.CL_NAME[dtype]}, {width}, {value}, {pointer});"
+
+
+def is_nan(expr: str) -> str:
+    """The mask of NaN lanes of a float expression: NaN is the one value unequal to
+    itself (no build option here relaxes that). Unlike isnan(), which PoCL calls as a
+    function, it is one compare instruction."""
+    return f"(({expr}) != ({expr}))"
+
+
 def splat(expr: str, dtype: np.dtype, width: int) -> str:
     """A scalar expression as a value of width `width`."""
     return expr if width == 1 else f"(({type_name(dtype, width)})({expr}))"
@@ -172,7 +214,7 @@ def emit(
     if name == "maximum" or name == "minimum":
         if isf:
             op = ">" if name == "maximum" else "<"
-            return pick(f"(({a}) {op} ({b})) | isnan({a})", a, b, width), compute
+            return pick(f"(({a}) {op} ({b})) | {is_nan(a)}", a, b, width), compute
         return f"{name[:3]}({a}, {b})", compute
     if needs_scalar_code(name, compute):
         return f"{helper_name(name, compute)}({a}, {b})", compute
@@ -212,6 +254,8 @@ def emit(
     if name == "bitwise_invert":
         return (f"(({a}) ^ (({T})(1)))" if isb else f"(~({a}))"), compute
     if name in ("isnan", "isinf", "isfinite"):
+        if isf and name == "isnan":
+            return is_nan(a), None
         if isf:
             return f"{name}({a})", None
         const = "1" if name == "isfinite" else "0"

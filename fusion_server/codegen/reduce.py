@@ -70,7 +70,7 @@ def _better(kind: str, acc: np.dtype, v: str, best: str) -> str:
     """Condition under which value `v` replaces `best` (NaN wins and stays, as in numpy)."""
     op = ">" if kind in ("max", "argmax") else "<"
     if dt.is_float(acc):
-        return f"(!isnan({best}) && (({v}) {op} ({best}) || isnan({v})))"
+        return f"(({best}) == ({best}) && (({v}) {op} ({best}) || {ex.is_nan(v)}))"
     return f"(({v}) {op} ({best}))"
 
 
@@ -79,7 +79,7 @@ def _fold(kind: str, acc: np.dtype, a: str, v: str) -> str:
     NaN in a flag (fmax would drop it) applied after the loop."""
     if kind in ("max", "min"):
         if dt.is_float(acc):
-            return f"{a} = f{kind}({a}, {v}); nan_seen |= isnan({v});"
+            return f"{a} = f{kind}({a}, {v}); nan_seen |= {ex.is_nan(v)};"
         if not dt.is_bool(acc):
             return f"{a} = {kind}({a}, {v});"
     return _combine(kind, acc, a, v)
@@ -152,7 +152,7 @@ def _vector_fold(kind: str, acc: np.dtype, a: str, v: str) -> str:
     if kind == "prod":
         return f"{a} *= {v};"
     if dt.is_float(acc):
-        return f"{a} = f{kind}({a}, {v}); nan_seen |= any(isnan({v}));"
+        return f"{a} = f{kind}({a}, {v}); nan_seen |= any({ex.is_nan(v)});"
     return f"{a} = {kind}({a}, {v});"
 
 
@@ -163,7 +163,7 @@ def _vector_body(spec: ReduceSpec, indent: str) -> list[str]:
     lines = []
     for k, (dtype, cls) in enumerate(pro.inputs):
         lines.append(f"{indent}const IDX p{k} = b{k} + r * R{k}_0;")
-        load = f"vload{W}(0, in{k} + p{k})" if cls == "strided1" else ex.splat(f"in{k}[p{k}]", dtype, W)
+        load = ex.vload(f"in{k} + p{k}", dtype, W) if cls == "strided1" else ex.splat(f"in{k}[p{k}]", dtype, W)
         lines.append(f"{indent}const {ex.type_name(dtype, W)} x{k} = {load};")
     for m in range(len(spec.writes)):
         lines.append(f"{indent}const IDX w{m} = bw{m} + r;")
@@ -172,7 +172,7 @@ def _vector_body(spec: ReduceSpec, indent: str) -> list[str]:
     for j, op in enumerate(pro.ops):
         lines += [indent + line for line in ew._op_expr(pro, op, j, W)]
     for m, j in enumerate(spec.writes):
-        lines.append(f"{indent}vstore{W}(v{j}, 0, wout{m} + w{m});")
+        lines.append(indent + ex.vstore(f"v{j}", f"wout{m} + w{m}", pro.ops[j].out, W))
     value, vdtype = _value_to_reduce(spec)
     v = ex.cast(value, vdtype, spec.acc, W)
     lines.append(f"{indent}{{ const {ex.type_name(spec.acc, W)} val = {v}; "
@@ -218,6 +218,8 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
     if dt.float64 in types:
         src.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
     src.append(f"typedef {spec.index} IDX;")
+    if spec.width > 1:
+        src += ex.vector_access({d for d, _ in pro.inputs} | {pro.ops[j].out for j in spec.writes}, spec.width)
     helpers = {(op.name, op.compute) for op in pro.ops + epi.ops if ex.needs_scalar_code(op.name, op.compute)}
     for hname, hdtype in sorted(helpers, key=repr):
         src.append(ex.helper_source(hname, hdtype))

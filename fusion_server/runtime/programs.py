@@ -31,6 +31,7 @@ class ProgramCache:
         self._lock = threading.Lock()  # guards counters and `_building`: builds run off the server lock
         self._building: dict[Hashable, threading.Lock] = {}  # keys being built, held by the builder
         self.failed: dict[Hashable, Exception] = {}  # keys whose build failed, with why
+        self.options: tuple[str, ...] = ()  # build options of this device, added to every build
         self.closing = False  # set at interpreter exit: builds in flight finish, none start
 
     def get(self, key: Hashable) -> cl.Kernel | None:
@@ -91,7 +92,7 @@ class ProgramCache:
                 f.write(source)
         start = time.perf_counter()
         try:
-            program = cl.Program(self.context, source).build(options=list(options))
+            program = cl.Program(self.context, source).build(options=list(options) + list(self.options))
         except cl.RuntimeError as exc:
             raise KernelBuildError(f"OpenCL build of {name} failed:\n{exc}") from None
         kernel = cl.Kernel(program, name)
