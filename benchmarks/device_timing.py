@@ -87,6 +87,25 @@ def launch_size(device: cl.Device, items: int, group: int = 256) -> tuple[tuple[
     return ((items + group - 1) // group * group,), (group,)
 
 
+def vector_prelude() -> tuple[str, int]:
+    """(source, width) for hand-written float kernels: the source defines WIDTH, VEC (a
+    float vector of WIDTH), LOADV(p) and STOREV(v, p) (any float-aligned address) and
+    VSUM(v) (the sum of a VEC's lanes), with the vector width and the kind of vector
+    access that the fusion server's own kernels use on this device, so hand-written
+    kernels are held to the same practice."""
+    server = clients.client_for().server
+    width = server.vector_width
+    lines = [f"#define WIDTH {width}", f"typedef float{width} VEC;"]
+    if any("PLAIN_VECTORS" in option for option in server.runtime.programs.options):
+        lines += [f"typedef float VEC_u __attribute__((ext_vector_type({width}), aligned(4)));",
+                  "#define LOADV(p) (*(__global const VEC_u*)(p))",
+                  "#define STOREV(v, p) (*(__global VEC_u*)(p) = (v))"]
+    else:
+        lines += [f"#define LOADV(p) vload{width}(0, p)", f"#define STOREV(v, p) vstore{width}(v, 0, p)"]
+    lines += ["float VSUM(VEC v) { float s = 0.0f; for (int l = 0; l < WIDTH; ++l) s += ((float*)&v)[l]; return s; }"]
+    return "\n".join(lines) + "\n", width
+
+
 def build(queue: cl.CommandQueue, source: str, *names: str) -> list[cl.Kernel]:
     """Build `source` once and return its kernels `names` (retrieved once, kept)."""
     program = cl.Program(queue.context, source).build()

@@ -6,7 +6,8 @@ Variants, all timed in one process as "compute and wait" (no host read for devic
 
 - fused:        lazy tensors, the whole chain in one generated kernel (build + sync)
 - eager:        the same code in eager mode, one kernel per op (build + sync)
-- hand-written: one OpenCL kernel written for this expression, float4 loads and stores,
+- hand-written: one OpenCL kernel written for this expression, vector loads and stores
+                (the width and access of the server's kernels on the device),
                 one vector per work-item and a scalar tail (enqueue + finish)
 - pyopencl.array: the expression on pyopencl.array.Array, same queue (ops + finish)
 - numexpr:      numexpr.evaluate into a preallocated output (skipped when not installed)
@@ -31,6 +32,7 @@ import pyopencl.clmath as clmath
 import clients
 
 from . import common
+from . import device_timing as dtime
 
 NAME = "elementwise_chain"
 EXPRESSION = "tanh(a*b + c) * 0.5 + exp(-abs(a)) * sqrt(b*b + 1) - c / (1 + a*a)"
@@ -48,10 +50,10 @@ __kernel void chain(__global const float *restrict a, __global const float *rest
                     __global const float *restrict c, __global float *restrict out,
                     const int n)
 {
-    const int i = get_global_id(0) * 4;
-    if (i + 4 <= n) {
-        const float4 x = vload4(0, a + i), y = vload4(0, b + i), z = vload4(0, c + i);
-        vstore4(CHAIN(x, y, z), 0, out + i);
+    const int i = get_global_id(0) * WIDTH;
+    if (i + WIDTH <= n) {
+        const VEC x = LOADV(a + i), y = LOADV(b + i), z = LOADV(c + i);
+        STOREV(CHAIN(x, y, z), out + i);
     } else {
         for (int j = i; j < n; ++j)
             out[j] = CHAIN(a[j], b[j], c[j]);
@@ -116,10 +118,11 @@ def device_times(tensors: tuple, arrays: tuple, queue: cl.CommandQueue, repeat: 
 
 def hand_kernel(queue: cl.CommandQueue, n: int) -> Callable[..., cl.Event]:
     """The hand-written kernel, built once; returns an enqueue function (no wait)."""
-    program = cl.Program(queue.context, HAND_SOURCE).build()
+    prelude, width = dtime.vector_prelude()
+    program = cl.Program(queue.context, prelude + HAND_SOURCE).build()
     kernel = cl.Kernel(program, "chain")
     device = queue.device
-    items = (n + 3) // 4
+    items = (n + width - 1) // width
     # GPUs want a fixed work-group of 256 (the global size padded to it); CPU devices
     # (PoCL) pick their own work-group size best.
     local = 256 if device.type & cl.device_type.GPU else None

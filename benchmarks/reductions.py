@@ -8,8 +8,8 @@ rows = cols = 4096 with --size large (2^24 elements per input), 1024 with --size
 Variants, all "compute and wait" on the fusion server's device and queue:
 
 - fused:               lazy tensors, prologue and row sums in one generated kernel (asserted)
-- hand-written row:    OpenCL C, one work-item per row looping over float4 loads
-- hand-written group:  OpenCL C, one work-group per row: float4 strided loads, a tree in
+- hand-written row:    OpenCL C, one work-item per row looping over vector loads
+- hand-written group:  OpenCL C, one work-group per row: strided vector loads, a tree in
                        local memory
 - pyopencl Reduction:  pyopencl's ReductionKernel with the prologue as its map_expr, over the
                        whole array (one total, not per row: it has no segmented form); the
@@ -19,7 +19,10 @@ Variants, all "compute and wait" on the fusion server's device and queue:
 Device kernel times also cover `sum(x * y, axis=-1)` fused (no transcendental: the
 reduction kernel's memory efficiency alone).
 
-The bandwidth limit is measured in the same run: a float4 copy and a float4 `a*b` over
+Hand-written kernels use the vectors of the server's kernels on the device (float4 on GPUs,
+the native width on CPUs, read as the server reads them: see device_timing.vector_prelude).
+
+The bandwidth limit is measured in the same run: a vector copy and a vector `a*b` over
 inputs of the same size, device time, bytes read + written over time; the better of the
 two is the limit. Effective bandwidth of a reduction = bytes read (both inputs) / time.
 
@@ -59,11 +62,11 @@ __kernel void row_sum(__global const float *restrict x, __global const float *re
     const int row = get_global_id(0);
     if (row >= rows) return;
     const __global float *xr = x + (size_t)row * cols, *yr = y + (size_t)row * cols;
-    float4 acc = (float4)(0.0f);
+    VEC acc = (VEC)(0.0f);
     int j = 0;
-    for (; j + 4 <= cols; j += 4)
-        acc += TERM(vload4(0, xr + j), vload4(0, yr + j));
-    float s = (acc.x + acc.y) + (acc.z + acc.w);
+    for (; j + WIDTH <= cols; j += WIDTH)
+        acc += TERM(LOADV(xr + j), LOADV(yr + j));
+    float s = VSUM(acc);
     for (; j < cols; ++j)
         s += TERM(xr[j], yr[j]);
     out[row] = s;
@@ -74,11 +77,11 @@ __kernel void group_sum(__global const float *restrict x, __global const float *
 {
     const int row = get_group_id(0), lid = get_local_id(0), size = get_local_size(0);
     const __global float *xr = x + (size_t)row * cols, *yr = y + (size_t)row * cols;
-    float4 acc = (float4)(0.0f);
-    const int body = cols / 4 * 4;
-    for (int j = lid * 4; j < body; j += size * 4)
-        acc += TERM(vload4(0, xr + j), vload4(0, yr + j));
-    float s = (acc.x + acc.y) + (acc.z + acc.w);
+    VEC acc = (VEC)(0.0f);
+    const int body = cols / WIDTH * WIDTH;
+    for (int j = lid * WIDTH; j < body; j += size * WIDTH)
+        acc += TERM(LOADV(xr + j), LOADV(yr + j));
+    float s = VSUM(acc);
     for (int j = body + lid; j < cols; j += size)
         s += TERM(xr[j], yr[j]);
     scratch[lid] = s;
@@ -90,17 +93,17 @@ __kernel void group_sum(__global const float *restrict x, __global const float *
     if (lid == 0) out[row] = scratch[0];
 }
 
-__kernel void copy4(__global const float4 *restrict a, __global float4 *restrict out, const int n4)
+__kernel void copyv(__global const VEC *restrict a, __global VEC *restrict out, const int nv)
 {
     const int i = get_global_id(0);
-    if (i < n4) out[i] = a[i];
+    if (i < nv) out[i] = a[i];
 }
 
-__kernel void mul4(__global const float4 *restrict a, __global const float4 *restrict b,
-                   __global float4 *restrict out, const int n4)
+__kernel void mulv(__global const VEC *restrict a, __global const VEC *restrict b,
+                   __global VEC *restrict out, const int nv)
 {
     const int i = get_global_id(0);
-    if (i < n4) out[i] = a[i] * b[i];
+    if (i < nv) out[i] = a[i] * b[i];
 }
 """
 
@@ -136,15 +139,16 @@ def check(name: str, got: np.ndarray, want: np.ndarray, scale: np.ndarray) -> fl
 def hand_written(queue: cl.CommandQueue, ga: cla.Array, gb: cla.Array) -> dict[str, tuple]:
     """Enqueue functions (returning the event, no wait) and their outputs, by variant."""
     rows, cols = ga.shape
-    n4 = ga.size // 4
-    row_k, group_k, copy_k, mul_k = dtime.build(queue, SOURCE, "row_sum", "group_sum", "copy4", "mul4")
+    prelude, width = dtime.vector_prelude()
+    nv = ga.size // width
+    row_k, group_k, copy_k, mul_k = dtime.build(queue, prelude + SOURCE, "row_sum", "group_sum", "copyv", "mulv")
     device = queue.device
     group = min(GROUP, device.max_work_group_size)
     group = 1 << (group.bit_length() - 1)  # a power of two, for the tree
     row_out, group_out = cla.empty(queue, rows, np.float32), cla.empty(queue, rows, np.float32)
     copy_out, mul_out = cla.empty_like(ga), cla.empty_like(ga)
     g_rows, l_rows = dtime.launch_size(device, rows, 64)
-    g_n4, l_n4 = dtime.launch_size(device, n4)
+    g_nv, l_nv = dtime.launch_size(device, nv)
     scratch = cl.LocalMemory(4 * group)
 
     def row() -> cl.Event:
@@ -155,10 +159,10 @@ def hand_written(queue: cl.CommandQueue, ga: cla.Array, gb: cla.Array) -> dict[s
                        scratch)
 
     def copy() -> cl.Event:
-        return copy_k(queue, g_n4, l_n4, ga.data, copy_out.data, np.int32(n4))
+        return copy_k(queue, g_nv, l_nv, ga.data, copy_out.data, np.int32(nv))
 
     def mul() -> cl.Event:
-        return mul_k(queue, g_n4, l_n4, ga.data, gb.data, mul_out.data, np.int32(n4))
+        return mul_k(queue, g_nv, l_nv, ga.data, gb.data, mul_out.data, np.int32(nv))
 
     return {
         "hand-written row": (row, row_out),
