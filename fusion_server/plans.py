@@ -90,25 +90,29 @@ class PlanStore:
 class BlockSigner:
     """Signatures of a block's ops in relative form (see the module docstring)."""
 
-    __slots__ = ("entries", "refs", "dims", "shapes", "count", "inputs")
+    __slots__ = ("entries", "refs", "dims", "shapes", "storages", "count", "inputs")
 
     def __init__(self, entries: dict) -> None:
         self.entries = entries
         self.refs: dict[int, int] = {}  # tensor id -> op position (>= 0) or -1 - input number
         self.dims: dict[int, int] = {}  # size -> its symbol (-2, -3, ...)
         self.shapes: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self.storages: dict[int, tuple] = {}  # id(storage) of a value computed here -> (op position, storage)
         self.count = 0
         self.inputs = 0
 
     def shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape's sizes as symbols, then its number of elements as one (fusers
+        compare element counts of different shapes, a flat reshape for one)."""
         out = self.shapes.get(shape)
         if out is None:
             dims = self.dims
             symbols = []
+            total = 1
             for d in shape:
-                if d > 1:
-                    d = dims.get(d) or dims.setdefault(d, -2 - len(dims))
-                symbols.append(d)
+                total *= d
+                symbols.append(d if d <= 1 else dims.get(d) or dims.setdefault(d, -2 - len(dims)))
+            symbols.append(total if total <= 1 else dims.get(total) or dims.setdefault(total, -2 - len(dims)))
             out = self.shapes[shape] = tuple(symbols)
         return out
 
@@ -120,7 +124,13 @@ class BlockSigner:
         e = self.entries[tid]
         self.refs[tid] = -1 - self.inputs
         self.inputs += 1
-        return (e.ir.dtype, self.shape(e.ir.shape), e.contiguous, e.storage.status == PENDING)
+        pending = e.storage.status == PENDING
+        if pending:
+            made = self.storages.get(id(e.storage))
+            if made is not None and made[1] is e.storage:
+                # A view of a value computed in this sequence: which one, and its layout.
+                return ("view of", made[0], e.ir.dtype, self.shape(e.ir.shape), e.contiguous)
+        return (e.ir.dtype, self.shape(e.ir.shape), e.contiguous, pending)
 
     def sign(self, op: OperationIr) -> tuple | None:
         """The op's signature; None for an op the store does not follow (a custom kernel)."""
@@ -154,5 +164,8 @@ class BlockSigner:
         else:
             return None
         self.refs[out.id] = self.count
+        made = self.entries.get(out.id)
+        if made is not None:
+            self.storages[id(made.storage)] = (self.count, made.storage)
         self.count += 1
         return sig

@@ -176,7 +176,7 @@ class FusionServer:
 
     def _single(self, op: OperationIr) -> Plan:
         if type(op) is ElementwiseOp:
-            return ElementwisePlan([op], op.out.shape, self.max_bindings)
+            return ElementwisePlan([op], self.max_bindings)
         if type(op) is CustomKernelOp:
             return CustomKernelPlan(op)
         if type(op) is ReduceOp:

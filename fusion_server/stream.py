@@ -167,7 +167,7 @@ class Stream:
         else:
             fuser = self.fusers[decision.fuser]
             if type(fuser) is ElementwiseFuser:
-                plan = ElementwisePlan(ops, ops[0].out.shape, fuser.max_bindings, replayed=True, cache=node.cache)
+                plan = ElementwisePlan(ops, fuser.max_bindings, replayed=True, cache=node.cache)
             else:  # the fuser checks each op again (its rules look at more than shapes)
                 fuser.reset()
                 if not all(fuser.offer(op, server) for op in ops) or fuser.score() != len(ops):

@@ -38,8 +38,14 @@ class ElementwiseFuser(LimitedFuser):
 
     def reset(self) -> None:
         self.ops: list[ElementwiseOp] = []
-        self.shape: tuple[int, ...] | None = None
+        self.shape: tuple[int, ...] | None = None  # the first op's
+        self.size = 0  # elements of every op's shape
+        # The shape whose coordinates the kernel computes: that of the ops with an input
+        # that is not read at the flat index (broadcast, strided). None while there is none.
+        self.coords: tuple[int, ...] | None = None
         self.values: set[int] = set()  # ids computed in the block
+        self.aliases: set[int] = set()  # ids of flat aliases of block values (see flat_alias)
+        self.value_storages: dict[int, int] = {}  # id(storage) of a block value -> its id
         self.inputs: set[int] = set()  # ids read from outside the block
         self.n_scalars = 0
         self.meta = False
@@ -61,7 +67,7 @@ class ElementwiseFuser(LimitedFuser):
         for tid in self.values:
             e = entries[tid]
             if e.alive or e.readers > reads.get(tid, 0) or e.storage.refs > 1:
-                count += 1
+                count += 1  # (counts a value read through a flat alias: an upper bound)
         return count
 
     def offer(self, op: OperationIr, server: FusionServer) -> bool:
@@ -71,30 +77,47 @@ class ElementwiseFuser(LimitedFuser):
             return self._close(f"{type(op).__name__} is not element-wise")
         shape = op.out.shape
         ops = self.ops
+        size = self.size
         if ops:
             if shape != self.shape:
-                return self._close(f"shape {shape} differs from the block's {self.shape}")
+                size = size_of(shape)
+                if size != self.size:
+                    return self._close(f"shape {shape} differs in size from the block's {self.shape}")
             if len(ops) >= self.max_ops:
                 return self._close(f"max ops per kernel ({self.max_ops}) reached")
+        else:
+            size = size_of(shape)
         entries = server.handles.entries
-        values, inputs = self.values, self.inputs
+        values, inputs, aliases = self.values, self.inputs, self.aliases
         new_ids: list[int] = []
+        new_aliases: list[int] = []
         new_scalars = 0
         meta = self.meta
+        coords = False  # whether this op reads an input at coordinates of its shape
         for operand in op.inputs:
             if type(operand) is int:
-                if operand in values or operand in inputs or operand in new_ids:
+                if operand in values or operand in aliases or operand in new_aliases:
                     continue
                 entry = entries[operand]
+                if operand in inputs or operand in new_ids:
+                    coords = coords or not flat_readable(entry, size)
+                    continue
                 if entry.storage.status == PENDING:
                     # Written by this block (other streams' writers were flushed at register),
                     # but read through another layout: a view of an in-block value.
-                    return self._close("reads a view of a value computed in this block")
+                    if flat_alias(entry, self.value_storages, entries) is None:
+                        return self._close("reads a view of a value computed in this block, "
+                                           "in another element order")
+                    new_aliases.append(operand)
+                    continue
                 new_ids.append(operand)
                 if not meta and not (entry.contiguous and entry.ir.shape == shape):
                     meta = True
+                coords = coords or not flat_readable(entry, size)
             else:
                 new_scalars += 1
+        if coords and self.coords is not None and shape != self.coords:
+            return self._close(f"reads at coordinates of {shape}, the block's are {self.coords}")
         # n, the metadata buffer, inputs, scalars, outputs.
         fixed = 1 + meta + len(inputs) + len(new_ids) + self.n_scalars + new_scalars
         if ops and fixed + self.outputs_bound + 1 > self.max_bindings:
@@ -103,17 +126,46 @@ class ElementwiseFuser(LimitedFuser):
                 # (A lone op always runs, whatever it needs.)
                 return self._close(f"binding limit ({self.max_bindings}) reached")
         ops.append(op)
-        self.shape = shape
+        if self.shape is None:
+            self.shape = shape
+            self.size = size
+        if coords:
+            self.coords = shape
         values.add(op.out.id)
+        self.value_storages[id(entries[op.out.id].storage)] = op.out.id
         if new_ids:
             inputs.update(new_ids)
+        if new_aliases:
+            aliases.update(new_aliases)
         self.n_scalars += new_scalars
         self.meta = meta
         self.outputs_bound += 1
         return True
 
     def finish(self, server: FusionServer) -> ElementwisePlan:
-        return ElementwisePlan(list(self.ops), self.shape or (), self.max_bindings)
+        return ElementwisePlan(list(self.ops), self.max_bindings)
+
+
+def flat_readable(entry: Entry, size: int) -> bool:
+    """Whether an input is read at the flat index of any shape of `size` elements it
+    broadcasts to: C-contiguous over all of them, or one element."""
+    n = size_of(entry.ir.shape)
+    return n == 1 or (entry.contiguous and n == size)
+
+
+def flat_alias(entry: Entry, value_storages: dict[int, int], entries: dict) -> int | None:
+    """The id of the block value that `entry` reads in the same element order (a reshape
+    of it: same storage, C-contiguous from offset 0, as many elements), or None.
+
+    A block computes every value at the same flat index, so such a view reads the
+    value's register, and a reshape inside a chain costs nothing."""
+    tid = value_storages.get(id(entry.storage))
+    if tid is None or not entry.contiguous:
+        return None
+    value = entries.get(tid)
+    if value is None or value.storage is not entry.storage or size_of(value.ir.shape) != size_of(entry.ir.shape):
+        return None
+    return tid
 
 
 class ElementwisePlan:
@@ -126,10 +178,9 @@ class ElementwisePlan:
 
     kind = "elementwise"
 
-    def __init__(self, ops: list[ElementwiseOp], shape: tuple[int, ...], max_bindings: int, replayed: bool = False,
+    def __init__(self, ops: list[ElementwiseOp], max_bindings: int, replayed: bool = False,
                  cache: dict | None = None):
         self.ops = ops
-        self.shape = shape
         self.max_bindings = max_bindings
         self.replayed = replayed  # from the plan store: no fuser has checked the limits
         self.cache = cache
@@ -137,15 +188,20 @@ class ElementwisePlan:
     def _recipe(self, entries: dict) -> _Recipe:
         ops, cache = self.ops, self.cache
         if cache is None:
-            return _Recipe(ops, needed_values(ops, entries))
+            slots = alias_slots(ops, entries)
+            aliases = {ops[j].inputs[s]: target for j, s, target in slots} if slots else None
+            return _Recipe(ops, needed_values(ops, entries, None, aliases), aliases)
         reads = cache.get("reads")
         if reads is None:
             reads = cache["reads"] = inblock_reads(ops)
-        needed = needed_values(ops, entries, reads)
+            cache["aliases"] = alias_slots(ops, entries)  # the store's signatures fix them
+        slots = cache["aliases"]
+        aliases = {ops[j].inputs[s]: target for j, s, target in slots} if slots else None
+        needed = needed_values(ops, entries, reads, aliases)
         key = tuple(sorted(needed))
         recipe = cache.get(key)
         if recipe is None:
-            recipe = cache[key] = _Recipe(ops, needed)
+            recipe = cache[key] = _Recipe(ops, needed, aliases)
         return recipe
 
     def execute(self, server: FusionServer) -> None:
@@ -159,17 +215,23 @@ class ElementwisePlan:
         if fail_on_failed_inputs(server, "element-wise block", recipe.live_ops, in_entries, out_entries):
             return
 
-        shape = self.shape
-        n = size_of(shape)
+        # Every op has as many elements; inputs read at coordinates are read by ops of one
+        # shape (the fuser's rule), whose coordinates the kernel computes.
+        n = size_of(ops[0].out.shape)
+        shape = ops[0].out.shape
         classes: list[str] = []
         strides_of: list[tuple[int, ...]] = []
-        for e in in_entries:
-            if e.contiguous and e.ir.shape == shape:
+        for (j, _), e in zip(recipe.in_slots, in_entries):
+            op_shape = ops[j].out.shape
+            if e.contiguous and e.ir.shape == op_shape:
                 classes.append("contig")
                 strides_of.append(())
                 continue
-            bs = broadcast_strides(e.ir.shape, e.strides, shape)
-            classes.append(classify(shape, bs, e.offset))
+            bs = broadcast_strides(e.ir.shape, e.strides, op_shape)
+            cls = classify(op_shape, bs, e.offset)
+            if cls == "strided":
+                shape = op_shape
+            classes.append(cls)
             strides_of.append(bs)
         strided = [k for k, c in enumerate(classes) if c == "strided"]
         rank = 0
@@ -250,12 +312,12 @@ class _Recipe:
     __slots__ = ("needed", "live_ops", "names", "trace", "in_slots", "scalar_slots", "scalar_dtypes",
                  "outputs", "scalar_code", "kernels")
 
-    def __init__(self, ops: list[ElementwiseOp], needed: set[int]):
-        live = liveness(ops, needed)
+    def __init__(self, ops: list[ElementwiseOp], needed: set[int], aliases: dict[int, int] | None = None):
+        live = liveness(ops, needed, aliases)
         self.needed = sorted(needed)
         self.live_ops = [op for j, op in enumerate(ops) if live[j]]
         self.names = [op.name for op in self.live_ops]
-        trace, self.in_slots, self.scalar_slots, scalar_dtypes, vmap = relative_slots(ops, live)
+        trace, self.in_slots, self.scalar_slots, scalar_dtypes, vmap = relative_slots(ops, live, (), aliases)
         self.trace = tuple(trace)
         self.scalar_dtypes = tuple(scalar_dtypes)
         self.outputs = tuple(vmap[j] for j in self.needed)
@@ -280,23 +342,65 @@ def inblock_reads(ops: list[ElementwiseOp]) -> list[int]:
     return reads
 
 
-def needed_values(ops: list[ElementwiseOp], entries: dict, reads: list[int] | None = None) -> set[int]:
+def alias_slots(ops: list[ElementwiseOp], entries: dict) -> list[tuple[int, int, int]]:
+    """The operands that read a block value through a flat alias (see flat_alias), as
+    (op position, operand position, position of the op computing the value)."""
+    slots = []
+    storages = None
+    for j, op in enumerate(ops):
+        for s, operand in enumerate(op.inputs):
+            if type(operand) is not int:
+                continue
+            e = entries.get(operand)
+            if e is None or e.storage.status != PENDING:
+                continue
+            if storages is None:
+                storages = {}
+                for k, o in enumerate(ops):
+                    value = entries.get(o.out.id)
+                    if value is not None:
+                        storages[id(value.storage)] = k
+            target = storages.get(id(e.storage))
+            if target is not None and ops[target].out.id != operand:
+                slots.append((j, s, target))
+    return slots
+
+
+def needed_values(ops: list[ElementwiseOp], entries: dict, reads: list[int] | None = None,
+                  aliases: dict[int, int] | None = None) -> set[int]:
     """Positions of the ops whose value must be written: a live handle, a reader after
-    the block, a view of it, or a pin. `reads`: inblock_reads(ops), if known."""
+    the block, a view of it, or a pin. `reads`: inblock_reads(ops), if known. A flat
+    alias read in the block (`aliases`: its id -> the value's op) needs the value written
+    only if it lives on after the block."""
     if reads is None:
         reads = inblock_reads(ops)
     needed: set[int] = set()
+    dying: dict[int, int] = {}  # op position -> its aliases that die with the block
+    if aliases:
+        alias_reads: dict[int, int] = {}
+        for op in ops:
+            for operand in op.inputs:
+                if type(operand) is int and operand in aliases:
+                    alias_reads[operand] = alias_reads.get(operand, 0) + 1
+        for tid, j in aliases.items():
+            e = entries[tid]
+            if e.alive or e.readers > alias_reads[tid]:
+                needed.add(j)
+            else:
+                dying[j] = dying.get(j, 0) + 1
     for j, op in enumerate(ops):
         e = entries[op.out.id]
         st = e.storage
-        if e.alive or e.readers > reads[j] or st.refs > 1 or st.pins:
+        if e.alive or e.readers > reads[j] or st.refs > 1 + dying.get(j, 0) or st.pins:
             needed.add(j)
     return needed
 
 
-def liveness(ops: list[ElementwiseOp], needed: set[int]) -> list[bool]:
+def liveness(ops: list[ElementwiseOp], needed: set[int], aliases: dict[int, int] | None = None) -> list[bool]:
     """Backward liveness: an op runs when its value is written or feeds one that runs."""
     produced = {op.out.id: j for j, op in enumerate(ops)}
+    if aliases:
+        produced.update(aliases)
     live = [False] * len(ops)
     used = set(needed)
     for j in range(len(ops) - 1, -1, -1):
@@ -308,12 +412,16 @@ def liveness(ops: list[ElementwiseOp], needed: set[int]) -> list[bool]:
     return live
 
 
-def relative_slots(ops: list[ElementwiseOp], live: list[bool], first_inputs: tuple = ()):
+def relative_slots(ops: list[ElementwiseOp], live: list[bool], first_inputs: tuple = (),
+                   aliases: dict[int, int] | None = None):
     """The live ops as TraceOps: inputs numbered by first use (after `first_inputs`),
-    scalars by position, values by op. Returns (trace, input slots, scalar slots, scalar
-    dtypes, op position -> value index); a slot (j, s) is operand s of op j, so that the
-    same structure binds the tensors and scalars of any block like this one."""
+    scalars by position, values by op (flat aliases, `aliases`, by the op of their value).
+    Returns (trace, input slots, scalar slots, scalar dtypes, op position -> value
+    index); a slot (j, s) is operand s of op j, so that the same structure binds the
+    tensors and scalars of any block like this one."""
     produced = {op.out.id: j for j, op in enumerate(ops)}
+    if aliases:
+        produced.update(aliases)
     in_pos: dict[int, int] = {tid: k for k, tid in enumerate(first_inputs)}
     in_slots: list[tuple[int, int]] = []
     scalar_slots: list[tuple[int, int]] = []

@@ -99,7 +99,7 @@ class PatternPlan:
             reads_inside = sum(1 for o in self.ops for i in o.inputs if i == op.out.id)
             if e.alive or e.readers > reads_inside or e.storage.refs > 1:
                 # An intermediate is needed: the special kernel cannot provide it.
-                ElementwisePlan(self.ops, self.ops[-1].out.shape, self.max_bindings).execute(server)
+                ElementwisePlan(self.ops, self.max_bindings).execute(server)
                 return
         inputs, scalars = [], []
         for op in self.ops:
