@@ -181,5 +181,5 @@ def test_random_reshape_chains_match_numpy(dims, data):
         z = clients.reshape(y * y, shape) + t
         got = z.numpy()
     want = ((np.exp(a) - np.float32(0.5)).reshape(new) ** 2).reshape(shape) + a
-    np.testing.assert_allclose(got, want, rtol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert len(rec.kernels) == 1
