@@ -62,9 +62,12 @@ def enqueued_seconds(enqueue: Callable[[], cl.Event]) -> Callable[[], float]:
 
 
 def device_rounds(samplers: dict[str, Callable[[], float | None]], repeat: int,
-                  warmup: int = 1, repeats: dict[str, int] | None = None) -> dict[str, common.Timing]:
+                  warmup: int = 1, repeats: dict[str, int] | None = None,
+                  before: Callable[[], Any] | None = None) -> dict[str, common.Timing]:
     """Device seconds of several variants in interleaved rounds, as `common.time_rounds`
-    takes wall times: each sampler runs its work, waits, and returns its device seconds."""
+    takes wall times: each sampler runs its work, waits, and returns its device seconds.
+    `before`, when given, runs (and waits) before every sample, untimed: work that puts
+    the device's caches in the same state for every variant."""
     counts = {name: (repeats or {}).get(name, repeat) for name in samplers}
     for fn in samplers.values():
         for _ in range(warmup):
@@ -73,6 +76,8 @@ def device_rounds(samplers: dict[str, Callable[[], float | None]], repeat: int,
     for r in range(max(counts.values(), default=0)):
         for name, fn in samplers.items():
             if r < counts[name]:
+                if before is not None:
+                    before()
                 seconds = fn()
                 if seconds is not None:
                     out[name].samples.append(seconds)
