@@ -21,7 +21,7 @@ FAILED = 2  # the block that writes it failed; `error` says why
 
 
 class Storage:
-    __slots__ = ("buffer", "nbytes", "status", "stream", "error", "refs", "pins", "owned")
+    __slots__ = ("buffer", "nbytes", "status", "stream", "error", "refs", "pins", "owned", "writer")
 
     def __init__(self, nbytes: int, status: int, stream: int | None = None):
         self.buffer = None
@@ -32,6 +32,7 @@ class Storage:
         self.refs = 0  # entries that refer to it
         self.pins = 0  # resolved arrays and other outside holders
         self.owned = True  # False: the buffer belongs to the user (imported), never pooled
+        self.writer: int | None = None  # id of the op output that writes it, while PENDING
 
 
 class Entry:
@@ -66,6 +67,7 @@ def pending_entry(ir: TensorIr, nbytes: int, stream: int) -> Entry:
     st.refs = 1
     st.pins = 0
     st.owned = True
+    st.writer = ir.id
     e = _object_new(Entry)
     e.ir = ir
     e.storage = st
@@ -128,8 +130,14 @@ class HandleContainer:
         return entry
 
     def maybe_release(self, entry: Entry) -> None:
-        """Forget `entry` if nobody can use it again; free its storage with the last one."""
-        if entry.alive or entry.readers or entry.storage.status == PENDING:
+        """Forget `entry` if nobody can use it again; free its storage with the last one.
+
+        The entry of a value still to be written stays until its op has run (the op's
+        plan looks it up); a view of such a value goes as soon as it is dead (nothing
+        else would look at it again once the value is written)."""
+        if entry.alive or entry.readers:
+            return
+        if entry.storage.status == PENDING and entry.storage.writer == entry.ir.id:
             return
         if self.entries.get(entry.ir.id) is entry:
             del self.entries[entry.ir.id]

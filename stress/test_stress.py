@@ -52,6 +52,12 @@ UNARY += [
      lambda x: np.tanh(x).sum(axis=-1, keepdims=True, dtype=np.float64).astype(np.float32)),
     ("col_max", lambda x: clients.max(x * 0.5, axis=0, keepdims=True) if x.ndim else x,
      lambda x: (x * np.float32(0.5)).max(axis=0, keepdims=True) if x.ndim else x),
+    # Views of values computed in the same block: flat reshapes (one kernel) and a
+    # transpose of a transpose (the same layout again).
+    ("reshaped", lambda x: clients.reshape(clients.reshape(x * 2.0, (-1,)) + 1.0, x.shape) - x,
+     lambda x: ((x * np.float32(2.0)).ravel() + np.float32(1.0)).reshape(x.shape) - x),
+    ("transposed", lambda x: (x * 0.5).T.T + x if x.ndim == 2 else x,
+     lambda x: (x * np.float32(0.5)).T.T + x if x.ndim == 2 else x),
     ("gram", lambda x: clients.tanh(x @ x.T * 0.01) if x.ndim == 2 else x,
      lambda x: np.tanh((x.astype(np.float64) @ x.T.astype(np.float64)).astype(np.float32) * np.float32(0.01))
      if x.ndim == 2 else x),

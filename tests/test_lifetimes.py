@@ -6,6 +6,7 @@ import gc
 import threading
 
 import numpy as np
+import pytest
 
 import clients
 from tests.conftest import rand, settle
@@ -30,6 +31,23 @@ def test_input_dropped_before_its_reader_runs_stays_valid(baseline):
     gc.collect()
     np.testing.assert_allclose(y.numpy(), np.sqrt(np.abs(a)) + 1, rtol=1e-6)
     del y
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
+
+
+@pytest.mark.parametrize("make", [
+    lambda x: (x * 0.5).T.T + x,  # views of a value still to be written, dropped before it is
+    lambda x: clients.reshape(x * 2.0, (-1,)),  # the result itself a view of such a value
+    lambda x: (x + 1.0)[1:] * 2.0,
+    lambda x: clients.reshape(x * 2.0, (-1,)) + 1.0,  # a flat alias read in the same block
+])
+def test_views_of_values_still_to_be_written_are_released(baseline, make):
+    x = clients.asarray(rand((8, 64)))
+    y = make(x)
+    y.numpy()
+    del y
+    z = make(x)  # dropped unread
+    del z, x
     settle()
     assert clients.stats()["buffers_live"] == baseline
 
