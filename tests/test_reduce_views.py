@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import rand
+from conftest import rand, server_settings
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -318,6 +318,44 @@ def test_replays_tell_a_reshape_from_other_views():
             _close(got, theirs(np.sin(a) * 3).sum(axis=0), rtol=1e-5)
             assert len(rec.kernels) == kernels
     assert clients.stats()["plan_hits"] > before
+
+
+def test_a_replay_checks_what_the_alias_keeps_alive():
+    """A stored decision is replayed by offering its ops to the fuser again, which looks
+    at what is alive now: with the value and its alias kept, both prologue values must be
+    written, over the binding limit, so the fuser refuses and the block runs as two
+    kernels, right; that one-off does not replace the usual decision."""
+    # n, nred, meta, the result, t, a scalar, and one prologue value that may be written
+    # (the reduction's input is alive while it is registered).
+    with server_settings(max_bindings=7):
+        def run(keep: bool, n: int):
+            a = rand((n, 6), seed=n)
+            t = clients.asarray(a)
+            with clients.inspect() as rec:
+                if keep:
+                    square = t * t
+                    kept = clients.reshape(square + 1, (6, n))
+                    y = clients.sum(kept, axis=1)
+                else:
+                    y = clients.sum(clients.reshape(t * t + 1, (6, n)), axis=1)
+                got = y.numpy()
+            _close(got, (a * a + 1).reshape(6, n).sum(axis=1))
+            if keep:
+                _close(square.numpy(), a * a)
+                _close(kept.numpy(), (a * a + 1).reshape(6, n))
+            return _ops(rec)
+
+        fused, split = [["multiply", "add", "sum"]], [["multiply", "add"], ["sum"]]
+        assert run(False, 4) == fused
+        hits = clients.stats()["plan_hits"]
+        assert run(False, 8) == fused
+        assert clients.stats()["plan_hits"] > hits
+        assert run(True, 4) == split
+        assert run(True, 8) == split
+        hits = clients.stats()["plan_hits"]
+        assert run(False, 4) == fused
+        assert run(False, 12) == fused
+        assert clients.stats()["plan_hits"] - hits >= 2
 
 
 def test_a_replay_checks_coordinates_against_the_reductions_shape():
