@@ -20,7 +20,9 @@ were empty, and what they decide is stored too.
 A decision depends on something the relative form leaves out in one case: which values
 are still alive decides how many a block must write, and so whether it fits the binding
 limit. A replayed element-wise plan checks its bindings before it changes anything and
-raises PlanRejected when they do not fit; the stream then explores instead.
+raises PlanRejected when they do not fit; the stream then explores instead. Other fusers
+are offered the block's ops again and check them as when exploring; when one refuses,
+the stream explores too. Either way that one-off decision is not stored.
 """
 
 from __future__ import annotations

@@ -171,8 +171,10 @@ class Stream:
             else:  # the fuser checks each op again (its rules look at more than shapes)
                 fuser.reset()
                 if not all(fuser.offer(op, server) for op in ops) or fuser.score() != len(ops):
+                    # It does not fit now (more values alive than usual, say): explore this
+                    # once, without storing the one-off decision over the usual one.
                     fuser.reset()
-                    self._explore(server)
+                    self._explore(server, rejected=True)
                     return
                 plan = fuser.finish(server)
                 fuser.reset()

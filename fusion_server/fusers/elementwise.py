@@ -367,24 +367,36 @@ def alias_slots(ops: list[ElementwiseOp], entries: dict) -> list[tuple[int, int,
 
 
 def needed_values(ops: list[ElementwiseOp], entries: dict, reads: list[int] | None = None,
-                  aliases: dict[int, int] | None = None) -> set[int]:
+                  aliases: dict[int, int] | None = None, more_reads: dict[int, int] | None = None) -> set[int]:
     """Positions of the ops whose value must be written: a live handle, a reader after
     the block, a view of it, or a pin. `reads`: inblock_reads(ops), if known. A flat
     alias read in the block (`aliases`: its id -> the value's op) needs the value written
-    only if it lives on after the block."""
+    only if it lives on after the block. `more_reads`: reads of values or aliases by ops
+    of the block other than `ops` (a reduction reading its prologue), by id."""
     if reads is None:
         reads = inblock_reads(ops)
+    if more_reads:
+        produced = {op.out.id: j for j, op in enumerate(ops)}
+        reads = list(reads)
+        for tid, n in more_reads.items():
+            j = produced.get(tid)
+            if j is not None:
+                reads[j] += n
     needed: set[int] = set()
     dying: dict[int, int] = {}  # op position -> its aliases that die with the block
     if aliases:
         alias_reads: dict[int, int] = {}
+        if more_reads:
+            for tid, n in more_reads.items():
+                if tid in aliases:
+                    alias_reads[tid] = n
         for op in ops:
             for operand in op.inputs:
                 if type(operand) is int and operand in aliases:
                     alias_reads[operand] = alias_reads.get(operand, 0) + 1
         for tid, j in aliases.items():
             e = entries[tid]
-            if e.alive or e.readers > alias_reads[tid]:
+            if e.alive or e.readers > alias_reads.get(tid, 0):
                 needed.add(j)
             else:
                 dying[j] = dying.get(j, 0) + 1

@@ -25,11 +25,15 @@ from ..ir import ElementwiseOp, OperationIr, ReduceOp, contiguous_strides, size_
 from .base import LimitedFuser, uses_flat_index
 from .elementwise import (
     INT32_LIMIT,
+    bind_slots,
     epilogue_outputs,
     fail_on_failed_inputs,
+    flat_alias,
+    flat_readable,
     liveness,
     needed_values,
     relative_form,
+    relative_slots,
 )
 
 if TYPE_CHECKING:
@@ -37,13 +41,27 @@ if TYPE_CHECKING:
 
 
 class ReduceFuser(LimitedFuser):
+    """Claims an element-wise prologue, one reduction of one of its values, and an
+    element-wise epilogue over the reduction's output shape.
+
+    Prologue ops may have different shapes of one element count, as in the element-wise
+    fuser: the kernel computes every prologue value at the same position of the
+    reduction's input, and reads a flat alias of a prologue value (see flat_alias), the
+    reduction's input included, from the value's register. An op reading an input at
+    coordinates (broadcast, strided) must have the reduction input's shape, since the
+    kernel addresses inputs by strides over that shape. Everything is checked when the
+    reduction comes (the plan store replays a decision by offering its ops again).
+    """
+
     name = "reduce"
 
     def reset(self) -> None:
         self.prologue: list[ElementwiseOp] = []
+        self.size = 0  # elements of every prologue op's shape
         self.reduce: ReduceOp | None = None
         self.epilogue: list[ElementwiseOp] = []
         self.values: set[int] = set()  # prologue values
+        self.aliases: set[int] = set()  # flat aliases of prologue values read in the block
         self.epi_values: set[int] = set()
         self.inputs: set[int] = set()
         self.n_scalars = 0
@@ -56,8 +74,9 @@ class ReduceFuser(LimitedFuser):
         return len(self.prologue) + 1 + len(self.epilogue)
 
     def _fits(self, op: ElementwiseOp, server: FusionServer, inside: set[int]) -> bool:
-        """Whether `op`'s tensor inputs are block values or existing tensors (not views of
-        block values), and the block stays within the binding and op limits."""
+        """Whether `op`'s tensor inputs are block values (or, in `inside`, their flat
+        aliases) or existing tensors (not views of block values), and the block stays
+        within the binding and op limits."""
         new = set()
         scalars = 0
         for operand in op.inputs:
@@ -85,8 +104,12 @@ class ReduceFuser(LimitedFuser):
             if type(op) is ElementwiseOp:
                 # Cheap while no reduction is in sight: the prologue is checked when one comes.
                 prologue = self.prologue
-                if prologue and (op.out.shape != prologue[0].out.shape or len(prologue) >= self.max_ops):
-                    return self._close("prologue shape changes or is too long")
+                if not prologue:
+                    self.size = size_of(op.out.shape)
+                elif len(prologue) >= self.max_ops:
+                    return self._close("prologue is too long")
+                elif op.out.shape != prologue[-1].out.shape and size_of(op.out.shape) != self.size:
+                    return self._close(f"prologue shape {op.out.shape} differs in size from {prologue[0].out.shape}")
                 prologue.append(op)
                 return True
             if type(op) is ReduceOp:
@@ -107,29 +130,41 @@ class ReduceFuser(LimitedFuser):
     def _take_reduce(self, op: ReduceOp, server: FusionServer) -> bool:
         server.drain_drops()  # the bound below looks at which values are still alive
         prologue = self.prologue
-        if any(uses_flat_index(p) for p in prologue):
-            return self._close("prologue uses the element's flat index")
         entries = server.handles.entries
-        reads: dict[int, int] = {op.input: 1}
-        for p in prologue:
-            for i in p.inputs:
-                if type(i) is int:
-                    reads[i] = reads.get(i, 0) + 1
-        # Liveness only decreases from here, so this bound holds when the block runs.
-        self.writes_bound = sum(
-            1 for p in prologue
-            if (e := entries[p.out.id]).alive or e.storage.refs > 1 or e.readers > reads.get(p.out.id, 0)
-        )
-        for p in prologue:
-            if not self._fits(p, server, self.values):
-                return self._close("prologue input or limits")
-            self.values.add(p.out.id)
-        if prologue and op.input not in self.values:
-            return self._close("the reduction does not read the prologue")
         if not prologue:
-            if server.handles.entries[op.input].storage.status == PENDING:
+            if entries[op.input].storage.status == PENDING:
                 return self._close("reduction of a view of a pending value")
             self.inputs.add(op.input)
+            self.reduce = op
+            self.epi_values.add(op.out.id)
+            return True
+        if any(uses_flat_index(p) for p in prologue):
+            return self._close("prologue uses the element's flat index")
+        found = prologue_reads(prologue, op.input, entries)
+        if isinstance(found, str):
+            return self._close(found)
+        aliases, reads, _ = found
+        # Inputs read at coordinates are addressed by strides over the reduction's input
+        # shape: only ops of that shape may read them.
+        in_shape = entries[op.input].ir.shape
+        size = self.size
+        values = self.values
+        values.update(p.out.id for p in prologue)
+        for p in prologue:
+            if p.out.shape == in_shape:
+                continue
+            for operand in p.inputs:
+                if (type(operand) is int and operand not in values and operand not in aliases
+                        and not flat_readable(entries[operand], size)):
+                    return self._close(f"prologue reads at coordinates of {p.out.shape}, "
+                                       f"the reduction's input is {in_shape}")
+        self.aliases = set(aliases)
+        # Liveness only decreases from here, so this bound holds when the block runs.
+        self.writes_bound = len(prologue_needed(prologue, op.input, entries, aliases, reads))
+        inside = values | self.aliases
+        for p in prologue:
+            if not self._fits(p, server, inside):
+                return self._close("prologue input or limits")
         self.reduce = op
         self.epi_values.add(op.out.id)
         return True
@@ -137,6 +172,58 @@ class ReduceFuser(LimitedFuser):
     def finish(self, server: FusionServer) -> ReducePlan:
         assert self.reduce is not None
         return ReducePlan(list(self.prologue), self.reduce, list(self.epilogue), self.max_bindings)
+
+
+def prologue_reads(prologue: list[ElementwiseOp], red_input: int,
+                   entries: dict) -> tuple[dict[int, int], list[int], int] | str:
+    """How the block reads its prologue values: (the flat aliases of them (see flat_alias)
+    read by prologue ops or by the reduction, each -> the position of the op computing its
+    value; per op, the block's direct reads of its value, the reduction's included; the
+    position of the value reduced). Or, as a string, why the block cannot be one kernel:
+    a pending tensor read in another element order, or a reduction of no prologue value."""
+    positions: dict[int, int] = {}  # prologue value -> its op
+    aliases: dict[int, int] = {}
+    reads = [0] * len(prologue)
+
+    def storages(upto: int) -> dict[int, int]:  # id(storage) of a value computed before op `upto` -> the value
+        return {id(entries[q.out.id].storage): q.out.id for q in prologue[:upto]}
+
+    for j, p in enumerate(prologue):
+        for operand in p.inputs:
+            if type(operand) is int:
+                k = positions.get(operand)
+                if k is not None:
+                    reads[k] += 1
+                elif operand not in aliases:
+                    e = entries[operand]
+                    if e.storage.status == PENDING:  # only this block writes it: a view of a value
+                        tid = flat_alias(e, storages(j), entries)
+                        if tid is None:
+                            return "prologue reads a view of a prologue value in another element order"
+                        aliases[operand] = positions[tid]
+        positions[p.out.id] = j
+    red_pos = positions.get(red_input)
+    if red_pos is not None:
+        reads[red_pos] += 1
+    else:
+        e = entries[red_input]
+        if e.storage.status != PENDING:
+            return "the reduction does not read the prologue"
+        tid = flat_alias(e, storages(len(prologue)), entries)
+        if tid is None:
+            return "reduction of a view of a prologue value in another element order"
+        red_pos = aliases[red_input] = positions[tid]
+    return aliases, reads, red_pos
+
+
+def prologue_needed(prologue: list[ElementwiseOp], red_input: int, entries: dict, aliases: dict[int, int],
+                    reads: list[int]) -> set[int]:
+    """Positions of the prologue values that must be written (see needed_values): the
+    reduction's read is one in the block, so the value reduced, or its flat alias, is
+    written only if it lives on after the block."""
+    if not aliases:
+        return needed_values(prologue, entries, reads)
+    return needed_values(prologue, entries, reads, aliases, {red_input: 1} if red_input in aliases else None)
 
 
 class ReducePlan:
@@ -160,14 +247,14 @@ class ReducePlan:
         writes: tuple[int, ...] = ()
         write_entries: list = []
         if prologue:
-            red_pos = next(j for j, op in enumerate(prologue) if op.out.id == red.input)
-            pro_needed = needed_values(prologue, entries)
-            reads_inside = sum(1 for op in prologue for i in op.inputs if i == red.input) + 1
-            e_in = entries[red.input]
-            if not (e_in.alive or e_in.readers > reads_inside or e_in.storage.refs > 1 or e_in.storage.pins):
-                pro_needed.discard(red_pos)
-            live = liveness(prologue, pro_needed | {red_pos})
-            trace, pro_entries, pro_scalars, pro_sdt, vmap = relative_form(prologue, live, entries)
+            found = prologue_reads(prologue, red.input, entries)
+            if isinstance(found, str):  # the fuser checked this: a bug, never wrong values
+                raise RuntimeError(f"reduction block cannot run as one kernel: {found}")
+            aliases, reads, red_pos = found
+            pro_needed = prologue_needed(prologue, red.input, entries, aliases, reads)
+            live = liveness(prologue, pro_needed | {red_pos}, aliases or None)
+            trace, in_slots, scalar_slots, pro_sdt, vmap = relative_slots(prologue, live, (), aliases or None)
+            pro_entries, pro_scalars = bind_slots(prologue, in_slots, scalar_slots, entries)
             pro_outputs = (vmap[red_pos],)
             writes = tuple(vmap[j] for j in sorted(pro_needed))
             write_entries = [entries[prologue[j].out.id] for j in sorted(pro_needed)]
@@ -196,8 +283,17 @@ class ReducePlan:
         kept_shape = tuple(in_shape[d] for d in kept_axes)
         red_shape = tuple(in_shape[d] for d in axes)
         nout, nred = size_of(kept_shape), size_of(red_shape)
-        stride_sets = [broadcast_strides(e.ir.shape, e.strides, in_shape) for e in pro_entries]
-        stride_sets += [contiguous_strides(in_shape) for _ in write_entries]
+        # Every prologue op has as many elements as in_shape, and computes its value at the
+        # same position: an input read at the flat index has its strides over in_shape
+        # (written values likewise); one read at coordinates is read by ops of in_shape
+        # alone (the fuser's rule).
+        flat = contiguous_strides(in_shape)
+        size = size_of(in_shape)
+        stride_sets = []
+        for e in pro_entries:
+            st = flat_strides(e, size, flat)
+            stride_sets.append(broadcast_strides(e.ir.shape, e.strides, in_shape) if st is None else st)
+        stride_sets += [flat for _ in write_entries]
         kdims, kept_sets = collapse(kept_shape, [tuple(s[d] for d in kept_axes) for s in stride_sets])
         rdims, red_sets = collapse(red_shape, [tuple(s[d] for d in axes) for s in stride_sets])
         kept_rank = 0 if nout <= 1 else len(kdims)
@@ -277,6 +373,17 @@ class ReducePlan:
             else:
                 server.launch(kernel, nout, args, "reduce", names, bindings)
         server.mark_ready([e.storage for e in out_entries + write_entries])
+
+
+def flat_strides(entry, size: int, flat: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Strides over a shape of `size` elements (`flat`: its contiguous strides) of an
+    input read at the flat index (see flat_readable), or None if it is not."""
+    n = size_of(entry.ir.shape)
+    if n == 1:
+        return (0,) * len(flat)
+    if entry.contiguous and n == size:
+        return flat
+    return None
 
 
 __all__ = ["ReduceFuser", "ReducePlan"]
