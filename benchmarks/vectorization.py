@@ -3,10 +3,11 @@
     out = sqrt(log1p(exp(tanh(x)) + abs(sin(x))))      x: float32, standard normal
 
 2^24 elements with --size large, 2^20 with --size small. The same fused chain runs with
-the server's element-wise vector width set to 4 (one float4 per work-item where layouts
-allow) and to 1 (scalar code, one element per work-item), in one process: changing the
-width makes the next block build a kernel for that width (asserted: the launch covers
-n/4 work-items, then n). FUSION_VECTOR_WIDTH=1 sets the same width for a whole process.
+the server's element-wise vector width at the device's default W (4 on GPUs, the native
+float vector on CPUs: 16 with AVX-512; 4 if the process set 1) and at 1 (scalar code, one
+element per work-item), in one process: changing the width makes the next block build a
+kernel for that width (asserted: the launch covers n/W work-items, then n).
+FUSION_VECTOR_WIDTH=1 sets the scalar width for a whole process.
 
 Reported for both: kernel time on the device (from `clients.inspect()` records of the
 timed runs) and wall time (build + `clients.sync()`), and their ratios, scalar / vector:
@@ -29,7 +30,6 @@ from . import common
 
 NAME = "vectorization"
 EXPRESSION = "sqrt(log1p(exp(tanh(x)) + abs(sin(x))))"
-WIDTHS = {"vector": 4, "scalar": 1}
 BUDGET_S = 10.0  # seconds of samples per variant at most (never fewer than MIN_REPEAT)
 MIN_REPEAT = 3
 RTOL, ATOL = 1e-5, 1e-6
@@ -56,7 +56,9 @@ def run(size: str = "large", repeat: int = 10) -> dict:
     want = chain(host.astype(np.float64), np)
     clients.set_mode("lazy")
     x = clients.asarray(host)
-    records: dict[str, list] = {name: [] for name in WIDTHS}
+    default = get_width()
+    widths = {"vector": default if default > 1 else 4, "scalar": 1}
+    records: dict[str, list] = {name: [] for name in widths}
 
     def variant(name: str) -> Callable[[], clients.Tensor]:
         def call() -> clients.Tensor:
@@ -67,8 +69,8 @@ def run(size: str = "large", repeat: int = 10) -> dict:
             return out  # kept alive until the sync: a dropped result is never computed
         return call
 
-    variants = {name: variant(name) for name in WIDTHS}
-    setup = {name: (lambda w=width: set_width(w)) for name, width in WIDTHS.items()}
+    variants = {name: variant(name) for name in widths}
+    setup = {name: (lambda w=width: set_width(w)) for name, width in widths.items()}
     before = get_width()
     errors, counts, facts = {}, {}, {}
     try:
@@ -84,9 +86,9 @@ def run(size: str = "large", repeat: int = 10) -> dict:
             start = time.perf_counter()
             fn()
             counts[name] = max(MIN_REPEAT, min(repeat, int(BUDGET_S / (time.perf_counter() - start))))
-        if facts["scalar"]["work_items"] != n or facts["vector"]["work_items"] * WIDTHS["vector"] < n \
+        if facts["scalar"]["work_items"] != n or facts["vector"]["work_items"] * widths["vector"] < n \
                 or facts["vector"]["work_items"] >= n:
-            raise AssertionError(f"work-items per launch: {facts}; expected n/{WIDTHS['vector']} and n = {n}")
+            raise AssertionError(f"work-items per launch: {facts}; expected n/{widths['vector']} and n = {n}")
         for recs in records.values():
             recs.clear()
         wall = common.time_rounds(variants, repeat, warmup=0, setup=setup, repeats=counts)
@@ -105,7 +107,7 @@ def run(size: str = "large", repeat: int = 10) -> dict:
         "size": size,
         "elements": n,
         "dtype": "float32",
-        "widths": WIDTHS,
+        "widths": widths,
         "kernels": facts,
         "variants": {
             name: {**t.to_dict(), "gb_per_s": nbytes / t.median / 1e9, "max_abs_error": errors[name]}
@@ -115,7 +117,7 @@ def run(size: str = "large", repeat: int = 10) -> dict:
         "scalar_over_vector": {"wall": common.ratio(wall["scalar"], wall["vector"])},
         "ratio_meaning": "time with scalar code / time with vector code: above 1, vector code is faster",
     }
-    if len(device) == len(WIDTHS):
+    if len(device) == len(widths):
         result["scalar_over_vector"]["device"] = common.ratio(device["scalar"], device["vector"])
     return result
 
