@@ -121,6 +121,25 @@ def test_both_matmul_strategies_agree_with_numpy(strategy, mkn):
     assert [r.kind for r in rec.kernels] == ["matmul", "matmul"]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+@pytest.mark.parametrize("width", [2, 4, 8, 16])
+def test_row_kernel_at_every_cpu_vector_width(dtype, width):
+    """The CPU kernel's layout follows the vector registers (64-byte ones: 8-row register
+    blocks; narrower: 6-row blocks); every layout covers ragged edges, batches and strided
+    operands."""
+    from tests.conftest import server_settings
+
+    rng = np.random.default_rng(width)
+    a = rng.integers(-3, 4, (2, 53, 70)).astype(dtype)
+    w = rng.integers(-3, 4, (70, 37)).astype(dtype)
+    with server_settings(matmul_strategy="rows", vector_width=width):
+        x, tw = clients.asarray(a), clients.asarray(w)
+        got = (x @ tw + 1).numpy()
+        got_t = (tw.T @ x[0].T).numpy()
+    np.testing.assert_array_equal(got, a @ w + 1)
+    np.testing.assert_array_equal(got_t, w.T @ a[0].T)
+
+
 def test_index_dependent_work_after_a_matmul_runs_in_its_own_kernel():
     """tril, eye and item assignment read the element's flat index, which a matmul
     kernel's epilogue does not have: they run after it, with numpy's values."""

@@ -25,10 +25,11 @@ TK = 8  # depth of a K step (8 ran 1.2x faster than 16 or 32 on an H200: less lo
 LOCAL = 16  # work-items per side of a work-group (the tile side / LOCAL outputs per work-item)
 
 
-# The "rows" strategy (CPUs): output rows per work-item, rows per register block, and the
-# depth of a packed panel of B. On PoCL (AVX-512, 2 cores, 1024^3 float32) this layout
-# ran at 200 to 250 GFLOP/s against 15 to 30 for 8 x 16 outputs read straight from B.
-ROWS, MICRO, KSTEP = 64, 8, 64
+# The "rows" strategy (CPUs): the depth of a packed panel of B. Rows per register block
+# and per work-item follow the vector registers (`rows_layout`). On PoCL (AVX-512,
+# 2 cores, 1024^3 float32) this layout ran at 200 to 250 GFLOP/s against 15 to 30 for
+# 8 x 16 outputs per work-item read straight from B.
+KSTEP = 64
 
 
 class MatmulSpec(NamedTuple):
@@ -39,6 +40,7 @@ class MatmulSpec(NamedTuple):
     out_rank: int  # for strided epilogue inputs (0 if none)
     strategy: str = "tiled"  # "tiled" (GPUs) or "rows" (CPUs)
     tile: int = 64  # tiled: output tile side per work-group (64, or 128 for large products)
+    vector_bytes: int = 64  # rows: bytes of the CPU's vector registers (64: AVX-512)
 
 
 def kernel_name(spec: MatmulSpec) -> str:
@@ -85,8 +87,9 @@ def generate(spec: MatmulSpec) -> tuple[str, str]:
     src.append(f"void {name}({', '.join(params)})")
     src.append("{")
     if rows:
-        src.append(f"  const IDX col0 = (IDX)get_global_id(0) * {rows_columns(spec.dtype)}, "
-                   f"row0 = (IDX)get_global_id(1) * {ROWS};")
+        cols, rows_per_item, _ = rows_layout(spec)
+        src.append(f"  const IDX col0 = (IDX)get_global_id(0) * {cols}, "
+                   f"row0 = (IDX)get_global_id(1) * {rows_per_item};")
         src.append("  const IDX batch = (IDX)get_global_id(2);")
         src.append("  if (col0 >= N || row0 >= M) return;")
     else:
@@ -172,23 +175,23 @@ def _epilogue(spec: MatmulSpec, value: str, indent: str) -> list[str]:
 
 
 def _rows_body(spec: MatmulSpec, t: str) -> list[str]:
-    """CPU strategy: each work-item owns ROWS x COLS outputs (COLS = two 64-byte vectors),
-    held in a private array. K is walked in steps of KSTEP: the work-item first copies
+    """CPU strategy: each work-item owns rows x cols outputs (COLS = two vector registers
+    of elements), held in a private array (`rows_layout`). K is walked in steps of KSTEP: the work-item first copies
     that slice of B's columns into a private, aligned panel (padding columns past N with
-    zeros), then sweeps its rows MICRO at a time, holding MICRO x 2 vector accumulators in
+    zeros), then sweeps its rows `micro` at a time, holding micro x 2 vector accumulators in
     registers while it streams the panel. That is what BLAS libraries call packing: rows
     of B lie a whole row of the matrix apart (4 KiB for a 1024-wide float32 matrix), so
     reading them directly missed the caches and their prefetchers on every step; the
-    copied panel is read contiguously, ROWS times. No local memory or barriers, which CPU
+    copied panel is read contiguously, once per row. No local memory or barriers, which CPU
     drivers emulate slowly. Floating-point products are contracted into fma instructions
     by the compiler (FP_CONTRACT ON in the inner loop): on PoCL the fma() builtin on
     vectors is a function call, not an instruction."""
-    width = _cpu_vector_width(spec.dtype)
-    cols = 2 * width
+    cols, rows, micro = rows_layout(spec)
+    width = cols // 2
     vec = f"{t}{width}"
-    lines = [f"  {t} acc[{ROWS}][{cols}] __attribute__((aligned(64)));",
+    lines = [f"  {t} acc[{rows}][{cols}] __attribute__((aligned(64)));",
              f"  {t} panel[{KSTEP}][{cols}] __attribute__((aligned(64)));",
-             f"  for (int i = 0; i < {ROWS}; ++i) for (int j = 0; j < {cols}; ++j) acc[i][j] = ({t})0;",
+             f"  for (int i = 0; i < {rows}; ++i) for (int j = 0; j < {cols}; ++j) acc[i][j] = ({t})0;",
              f"  for (IDX k0 = 0; k0 < K; k0 += {KSTEP}) {{",
              f"    const int kc = (int)min((IDX){KSTEP}, K - k0);",
              f"    if (sBn == 1 && col0 + {cols} <= N) {{",
@@ -200,8 +203,8 @@ def _rows_body(spec: MatmulSpec, t: str) -> list[str]:
              f"      for (int kk = 0; kk < kc; ++kk) for (int j = 0; j < {cols}; ++j)",
              f"        panel[kk][j] = col0 + j < N ? B[offB + (k0 + kk) * sBk + (col0 + j) * sBn] : ({t})0;",
              "    }",
-             f"    for (int rb = 0; rb < {ROWS} && row0 + rb < M; rb += {MICRO}) {{"]
-    for r in range(MICRO):
+             f"    for (int rb = 0; rb < {rows} && row0 + rb < M; rb += {micro}) {{"]
+    for r in range(micro):
         # Rows past M read row M - 1 (in bounds); their results are never written.
         lines.append(f"      __global const {t}* arow{r} = A + offA + min(row0 + rb + {r}, M - 1) * sAm + k0 * sAk;")
         for w in range(2):
@@ -211,17 +214,17 @@ def _rows_body(spec: MatmulSpec, t: str) -> list[str]:
         lines.append("        #pragma OPENCL FP_CONTRACT ON")
     for w in range(2):
         lines.append(f"        const {vec} b{w} = *({vec}*)&panel[kk][{w * width}];")
-    for r in range(MICRO):
+    for r in range(micro):
         lines.append(f"        const {vec} x{r} = ({vec})(arow{r}[kk * sAk]);")
         for w in range(2):
             lines.append(f"        c{r}_{w} = x{r} * b{w} + c{r}_{w};")
     lines.append("      }")
-    for r in range(MICRO):
+    for r in range(micro):
         for w in range(2):
             lines.append(f"      *({vec}*)&acc[rb + {r}][{w * width}] = c{r}_{w};")
     lines.append("    }")
     lines.append("  }")
-    lines.append(f"  for (int wi = 0; wi < {ROWS}; ++wi) for (int wj = 0; wj < {cols}; ++wj) {{")
+    lines.append(f"  for (int wi = 0; wi < {rows}; ++wi) for (int wj = 0; wj < {cols}; ++wj) {{")
     lines.append("    const IDX i = row0 + wi, j = col0 + wj;")
     lines.append("    if (i >= M || j >= N) continue;")
     lines.append("    const IDX o = (batch * M + i) * N + j;")
@@ -230,11 +233,10 @@ def _rows_body(spec: MatmulSpec, t: str) -> list[str]:
     return lines
 
 
-def _cpu_vector_width(dtype: np.dtype) -> int:
-    """Elements in one 64-byte vector register (AVX-512; narrower units split it)."""
-    return min(16, max(2, 64 // np.dtype(dtype).itemsize))
-
-
-def rows_columns(dtype: np.dtype) -> int:
-    """Output columns per work-item of the "rows" strategy."""
-    return 2 * _cpu_vector_width(dtype)
+def rows_layout(spec: MatmulSpec) -> tuple[int, int, int]:
+    """The "rows" strategy's (output columns, output rows per work-item, rows per register
+    block). A register block holds MICRO x 2 vector accumulators, plus two vectors of B and
+    one broadcast of A: 8 rows fill 19 of AVX-512's 32 registers, 6 rows 15 of AVX2's 16."""
+    width = min(16, max(2, spec.vector_bytes // np.dtype(spec.dtype).itemsize))
+    micro = 8 if spec.vector_bytes >= 64 else 6
+    return 2 * width, 8 * micro, micro

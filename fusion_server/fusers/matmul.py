@@ -129,6 +129,7 @@ class MatmulPlan:
             out_rank=out_rank,
             strategy=strategy,
             tile=128 if strategy == "tiled" and m * n * nbatch >= 2048 * 2048 else 64,
+            vector_bytes=4 * server.vector_width if strategy == "rows" else 64,
         )
         try:
             kernel = server.kernel_for(spec)
@@ -147,8 +148,8 @@ class MatmulPlan:
             args += [e.storage.buffer for e in epi_entries[1:]]
             args += scalars
             if spec.strategy == "rows":
-                cols = mg.rows_columns(spec.dtype)
-                groups = ((n + cols - 1) // cols, (m + mg.ROWS - 1) // mg.ROWS, nbatch)
+                cols, rows, _ = mg.rows_layout(spec)
+                groups = ((n + cols - 1) // cols, (m + rows - 1) // rows, nbatch)
                 # One work-item per group: its private panels stay with it (larger groups
                 # made PoCL interleave work-items and their panels).
                 event = kernel(server.runtime.queue, groups, (1, 1, 1), *args)
