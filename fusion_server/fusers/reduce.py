@@ -378,12 +378,9 @@ class ReducePlan:
 def flat_strides(entry, size: int, flat: tuple[int, ...]) -> tuple[int, ...] | None:
     """Strides over a shape of `size` elements (`flat`: its contiguous strides) of an
     input read at the flat index (see flat_readable), or None if it is not."""
-    n = size_of(entry.ir.shape)
-    if n == 1:
-        return (0,) * len(flat)
-    if entry.contiguous and n == size:
-        return flat
-    return None
+    if not flat_readable(entry, size):
+        return None
+    return (0,) * len(flat) if size_of(entry.ir.shape) == 1 else flat
 
 
 __all__ = ["ReduceFuser", "ReducePlan"]
