@@ -92,14 +92,13 @@ class PlanStore:
 class BlockSigner:
     """Signatures of a block's ops in relative form (see the module docstring)."""
 
-    __slots__ = ("entries", "refs", "dims", "shapes", "storages", "count", "inputs")
+    __slots__ = ("entries", "refs", "dims", "shapes", "count", "inputs")
 
     def __init__(self, entries: dict) -> None:
         self.entries = entries
         self.refs: dict[int, int] = {}  # tensor id -> op position (>= 0) or -1 - input number
         self.dims: dict[int, int] = {}  # size -> its symbol (-2, -3, ...)
         self.shapes: dict[tuple[int, ...], tuple[int, ...]] = {}
-        self.storages: dict[int, tuple] = {}  # id(storage) of a value computed here -> (op position, storage)
         self.count = 0
         self.inputs = 0
 
@@ -128,10 +127,14 @@ class BlockSigner:
         self.inputs += 1
         pending = e.storage.status == PENDING
         if pending:
-            made = self.storages.get(id(e.storage))
-            if made is not None and made[1] is e.storage:
-                # A view of a value computed in this sequence: which one, and its layout.
-                return ("view of", made[0], e.ir.dtype, self.shape(e.ir.shape), e.contiguous)
+            # Rare (a view of a value computed in this sequence): found by a scan, so that
+            # signing an op keeps no map of storages.
+            entries = self.entries
+            for tid, position in self.refs.items():
+                if type(position) is int and position >= 0:
+                    made = entries.get(tid)
+                    if made is not None and made.storage is e.storage:
+                        return ("view of", position, e.ir.dtype, self.shape(e.ir.shape), e.contiguous)
         return (e.ir.dtype, self.shape(e.ir.shape), e.contiguous, pending)
 
     def sign(self, op: OperationIr) -> tuple | None:
@@ -166,8 +169,5 @@ class BlockSigner:
         else:
             return None
         self.refs[out.id] = self.count
-        made = self.entries.get(out.id)
-        if made is not None:
-            self.storages[id(made.storage)] = (self.count, made.storage)
         self.count += 1
         return sig

@@ -45,7 +45,6 @@ class ElementwiseFuser(LimitedFuser):
         self.coords: tuple[int, ...] | None = None
         self.values: set[int] = set()  # ids computed in the block
         self.aliases: set[int] = set()  # ids of flat aliases of block values (see flat_alias)
-        self.value_storages: dict[int, int] = {}  # id(storage) of a block value -> its id
         self.inputs: set[int] = set()  # ids read from outside the block
         self.n_scalars = 0
         self.meta = False
@@ -105,7 +104,9 @@ class ElementwiseFuser(LimitedFuser):
                 if entry.storage.status == PENDING:
                     # Written by this block (other streams' writers were flushed at register),
                     # but read through another layout: a view of an in-block value.
-                    if flat_alias(entry, self.value_storages, entries) is None:
+                    # (Rare: the map of the block's storages is made here, off the hot path.)
+                    storages = {id(entries[o.out.id].storage): o.out.id for o in ops if o.out.id in entries}
+                    if flat_alias(entry, storages, entries) is None:
                         return self._close("reads a view of a value computed in this block, "
                                            "in another element order")
                     new_aliases.append(operand)
@@ -132,7 +133,6 @@ class ElementwiseFuser(LimitedFuser):
         if coords:
             self.coords = shape
         values.add(op.out.id)
-        self.value_storages[id(entries[op.out.id].storage)] = op.out.id
         if new_ids:
             inputs.update(new_ids)
         if new_aliases:
