@@ -260,6 +260,24 @@ def test_nan_propagates_and_wins_at_its_first_index(dtype, name):
         check(name, a, t, axis)
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("name", NO_IDENTITY)
+def test_nan_and_infinities_in_long_rows(dtype, name):
+    """Rows long enough for the vector loop (up to 16 lanes on CPUs), with NaN in the
+    vector part, in the scalar tail, everywhere, and infinities of both signs."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((7, 101)).astype(dtype)
+    a[1, 37] = np.nan
+    a[2, 100] = np.nan
+    a[3] = np.nan
+    a[4] = -np.inf
+    a[5, :50] = np.inf
+    a[6, ::2] = -0.0
+    t = clients.asarray(a)
+    for axis in (None, 0, 1):
+        check(name, a, t, axis)
+
+
 @pytest.mark.parametrize("name", NO_IDENTITY)
 def test_nan_from_the_prologue(name):
     a = np.array([[1.0, -1.0, 2.0], [0.5, 3.0, 0.25], [-2.0, 4.0, -1.0]], FLOAT32)

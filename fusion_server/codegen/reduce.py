@@ -152,7 +152,10 @@ def _vector_fold(kind: str, acc: np.dtype, a: str, v: str) -> str:
     if kind == "prod":
         return f"{a} *= {v};"
     if dt.is_float(acc):
-        return f"{a} = f{kind}({a}, {v}); nan_seen |= any({ex.is_nan(v)});"
+        # A compare and a blend, and NaN lanes gathered in a mask tested once after the
+        # loop: PoCL calls fmax/fmin and any() as functions (max ran at 0.58x sum's speed).
+        op = ">" if kind == "max" else "<"
+        return f"{a} = (({v}) {op} ({a})) ? ({v}) : ({a}); nanv |= {ex.is_nan(v)};"
     return f"{a} = {kind}({a}, {v});"
 
 
@@ -280,10 +283,14 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
         W = spec.width
         vtype = ex.type_name(spec.acc, W)
         src.append(f"  {vtype} accv = ({vtype})({_identity(spec.kind, spec.acc)});")
+        if nan_flag:
+            src.append(f"  {dt.CL_MASK_NAME[spec.acc]}{W} nanv = 0;")
         src.append("  IDX r = 0;")
         src.append(f"  for (; r + {W} <= nred; r += {W}) {{")
         src += _vector_body(spec, "    ")
         src.append("  }")
+        if nan_flag:
+            src.append("  if (any(nanv)) nan_seen = 1;")
         for lane in range(W):
             src.append(f"  {{ const {acc_t} val = accv.s{lane:x}; {_fold(spec.kind, spec.acc, 'acc', 'val')} }}")
         src.append("  for (; r < nred; ++r) {")
