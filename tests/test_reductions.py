@@ -278,6 +278,27 @@ def test_nan_and_infinities_in_long_rows(dtype, name):
         check(name, a, t, axis)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+@pytest.mark.parametrize("name", ["argmax", "argmin"])
+def test_arg_reductions_pick_the_first_of_tied_values_in_long_rows(dtype, name):
+    """The vector loop keeps a best value per lane; lanes are not in index order, so ties
+    between them must go to the smallest index, as numpy's do."""
+    rng = np.random.default_rng(6)
+    a = rng.integers(-3, 4, (9, 133)).astype(dtype)  # many ties everywhere
+    a[0] = 2  # all equal: index 0
+    a[1, 17], a[1, 3] = 9, 9  # the later lane holds the earlier index
+    a[2, 50], a[2, 130] = -9, -9
+    a[3, 129] = 9  # best in the scalar tail
+    info = np.finfo(dtype) if a.dtype.kind == "f" else np.iinfo(dtype)
+    a[4] = info.min  # all at the reduction's identity
+    a[5] = info.max
+    if a.dtype.kind == "f":
+        a[6], a[7] = -np.inf, np.inf
+    t = clients.asarray(a)
+    for axis in (None, 0, 1):
+        check(name, a, t, axis)
+
+
 @pytest.mark.parametrize("name", NO_IDENTITY)
 def test_nan_from_the_prologue(name):
     a = np.array([[1.0, -1.0, 2.0], [0.5, 3.0, 0.25], [-2.0, 4.0, -1.0]], FLOAT32)

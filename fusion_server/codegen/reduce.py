@@ -66,12 +66,21 @@ def _identity(kind: str, acc: np.dtype) -> str:
     return small if kind in ("max", "argmax") else big
 
 
-def _better(kind: str, acc: np.dtype, v: str, best: str) -> str:
-    """Condition under which value `v` replaces `best` (NaN wins and stays, as in numpy)."""
+def _better(kind: str, acc: np.dtype, v: str, best: str, vector: bool = False) -> str:
+    """Condition under which value `v` replaces `best` (NaN wins and stays, as in numpy);
+    with `vector`, a lane mask (bitwise operators: && and || do not apply to vectors)."""
     op = ">" if kind in ("max", "argmax") else "<"
     if dt.is_float(acc):
-        return f"(({best}) == ({best}) && (({v}) {op} ({best}) || {ex.is_nan(v)}))"
+        both, either = ("&", "|") if vector else ("&&", "||")
+        return f"((({best}) == ({best})) {both} ((({v}) {op} ({best})) {either} {ex.is_nan(v)}))"
     return f"(({v}) {op} ({best}))"
+
+
+def _same(acc: np.dtype, v: str, best: str) -> str:
+    """Whether `v` and `best` tie (NaN ties with NaN)."""
+    if dt.is_float(acc):
+        return f"(({v}) == ({best}) || ({ex.is_nan(v)} && {ex.is_nan(best)}))"
+    return f"(({v}) == ({best}))"
 
 
 def _fold(kind: str, acc: np.dtype, a: str, v: str) -> str:
@@ -146,7 +155,12 @@ def _loop_body(spec: ReduceSpec, r: str, indent: str) -> list[str]:
     return lines
 
 
-def _vector_fold(kind: str, acc: np.dtype, a: str, v: str) -> str:
+def _vector_fold(kind: str, acc: np.dtype, a: str, v: str, width: int) -> str:
+    if kind in ("argmax", "argmin"):
+        # Per lane, the first best value and its index (argv); lanes meet after the loop.
+        index = dt.CL_MASK_NAME[acc]
+        return (f"const {index}{width} better = {_better(kind, acc, v, a, vector=True)}; "
+                f"{a} = better ? ({v}) : {a}; argv = better ? lanes + ({index})r : argv;")
     if kind == "sum":
         return f"{a} += {v};"
     if kind == "prod":
@@ -179,7 +193,7 @@ def _vector_body(spec: ReduceSpec, indent: str) -> list[str]:
     value, vdtype = _value_to_reduce(spec)
     v = ex.cast(value, vdtype, spec.acc, W)
     lines.append(f"{indent}{{ const {ex.type_name(spec.acc, W)} val = {v}; "
-                 f"{_vector_fold(spec.kind, spec.acc, 'accv', 'val')} }}")
+                 f"{_vector_fold(spec.kind, spec.acc, 'accv', 'val', W)} }}")
     return lines
 
 
@@ -283,8 +297,12 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
         W = spec.width
         vtype = ex.type_name(spec.acc, W)
         src.append(f"  {vtype} accv = ({vtype})({_identity(spec.kind, spec.acc)});")
+        mask = f"{dt.CL_MASK_NAME[spec.acc]}{W}"
         if nan_flag:
-            src.append(f"  {dt.CL_MASK_NAME[spec.acc]}{W} nanv = 0;")
+            src.append(f"  {mask} nanv = 0;")
+        if is_arg:  # lane indices in the mask's integer type (the fuser checks they fit)
+            src.append(f"  {mask} argv = 0;")
+            src.append(f"  const {mask} lanes = ({mask})({', '.join(str(lane) for lane in range(W))});")
         src.append("  IDX r = 0;")
         src.append(f"  for (; r + {W} <= nred; r += {W}) {{")
         src += _vector_body(spec, "    ")
@@ -292,7 +310,12 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
         if nan_flag:
             src.append("  if (any(nanv)) nan_seen = 1;")
         for lane in range(W):
-            src.append(f"  {{ const {acc_t} val = accv.s{lane:x}; {_fold(spec.kind, spec.acc, 'acc', 'val')} }}")
+            if is_arg:  # the best value; among ties (lanes are not in index order) the first index
+                src.append(f"  {{ const {acc_t} val = accv.s{lane:x}; const long at = (long)argv.s{lane:x};")
+                src.append(f"    if ({_better(spec.kind, spec.acc, 'val', 'acc')} || "
+                           f"({_same(spec.acc, 'val', 'acc')} && at < arg)) {{ acc = val; arg = at; }} }}")
+            else:
+                src.append(f"  {{ const {acc_t} val = accv.s{lane:x}; {_fold(spec.kind, spec.acc, 'acc', 'val')} }}")
         src.append("  for (; r < nred; ++r) {")
     else:
         src.append(f"  for (IDX r = {start}; r < nred; r += {step}) {{")

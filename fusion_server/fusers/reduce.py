@@ -310,7 +310,9 @@ class ReducePlan:
         n_in = len(pro_entries)
         width = server.vector_width
         vectorize = (
-            strategy == "loop" and width > 1 and len(rdims) == 1 and red.name not in ("argmax", "argmin")
+            strategy == "loop" and width > 1 and len(rdims) == 1
+            # (argmax/argmin keep lane indices in the value's integer width)
+            and (red.name not in ("argmax", "argmin") or index == "int" or red.acc.itemsize == 8)
             and not dt.is_bool(red.acc)
             and all(st[0] in (0, 1) for st in red_sets[:n_in]) and all(st[0] == 1 for st in red_sets[n_in:])
             and not any(needs_scalar_code(t.name, t.compute) or t.expr in SCALAR_EXPRS for t in trace)
