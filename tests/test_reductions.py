@@ -260,11 +260,13 @@ def test_nan_propagates_and_wins_at_its_first_index(dtype, name):
         check(name, a, t, axis)
 
 
+@pytest.mark.parametrize("strategy", ["loop", "group"])
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("name", NO_IDENTITY)
-def test_nan_and_infinities_in_long_rows(dtype, name):
+def test_nan_and_infinities_in_long_rows(dtype, name, strategy):
     """Rows long enough for the vector loop (up to 16 lanes on CPUs), with NaN in the
-    vector part, in the scalar tail, everywhere, and infinities of both signs."""
+    vector part, in the scalar tail, everywhere, and infinities of both signs; both
+    strategies (a work-group's tree must let the first NaN win over a later one)."""
     rng = np.random.default_rng(5)
     a = rng.standard_normal((7, 101)).astype(dtype)
     a[1, 37] = np.nan
@@ -273,14 +275,16 @@ def test_nan_and_infinities_in_long_rows(dtype, name):
     a[4] = -np.inf
     a[5, :50] = np.inf
     a[6, ::2] = -0.0
-    t = clients.asarray(a)
-    for axis in (None, 0, 1):
-        check(name, a, t, axis)
+    with server_settings(reduce_strategy=strategy):
+        t = clients.asarray(a)
+        for axis in (None, 0, 1):
+            check(name, a, t, axis)
 
 
+@pytest.mark.parametrize("strategy", ["loop", "group"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
 @pytest.mark.parametrize("name", ["argmax", "argmin"])
-def test_arg_reductions_pick_the_first_of_tied_values_in_long_rows(dtype, name):
+def test_arg_reductions_pick_the_first_of_tied_values_in_long_rows(dtype, name, strategy):
     """The vector loop keeps a best value per lane; lanes are not in index order, so ties
     between them must go to the smallest index, as numpy's do."""
     rng = np.random.default_rng(6)
@@ -294,9 +298,10 @@ def test_arg_reductions_pick_the_first_of_tied_values_in_long_rows(dtype, name):
     a[5] = info.max
     if a.dtype.kind == "f":
         a[6], a[7] = -np.inf, np.inf
-    t = clients.asarray(a)
-    for axis in (None, 0, 1):
-        check(name, a, t, axis)
+    with server_settings(reduce_strategy=strategy):
+        t = clients.asarray(a)
+        for axis in (None, 0, 1):
+            check(name, a, t, axis)
 
 
 @pytest.mark.parametrize("name", NO_IDENTITY)

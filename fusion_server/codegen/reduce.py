@@ -333,9 +333,9 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
         src.append(f"  for (IDX span = {GROUP_SIZE // 2}; span > 0; span >>= 1) {{")
         src.append("    if (lid < span) {")
         if is_arg:
-            # Equal values: the smaller index wins, as numpy returns the first.
+            # Equal values (NaN ties with NaN): the smaller index wins, as numpy returns the first.
             better = _better(spec.kind, spec.acc, "vals[lid + span]", "vals[lid]")
-            tie = "(vals[lid + span] == vals[lid] && args[lid + span] < args[lid])"
+            tie = f"({_same(spec.acc, 'vals[lid + span]', 'vals[lid]')} && args[lid + span] < args[lid])"
             take = "vals[lid] = vals[lid + span]; args[lid] = args[lid + span];"
             src.append(f"      if ({better} || {tie}) {{ {take} }}")
         else:
