@@ -175,17 +175,18 @@ def _epilogue(spec: MatmulSpec, value: str, indent: str) -> list[str]:
 
 
 def _rows_body(spec: MatmulSpec, t: str) -> list[str]:
-    """CPU strategy: each work-item owns rows x cols outputs (COLS = two vector registers
-    of elements), held in a private array (`rows_layout`). K is walked in steps of KSTEP: the work-item first copies
-    that slice of B's columns into a private, aligned panel (padding columns past N with
-    zeros), then sweeps its rows `micro` at a time, holding micro x 2 vector accumulators in
-    registers while it streams the panel. That is what BLAS libraries call packing: rows
-    of B lie a whole row of the matrix apart (4 KiB for a 1024-wide float32 matrix), so
-    reading them directly missed the caches and their prefetchers on every step; the
-    copied panel is read contiguously, once per row. No local memory or barriers, which CPU
-    drivers emulate slowly. Floating-point products are contracted into fma instructions
-    by the compiler (FP_CONTRACT ON in the inner loop): on PoCL the fma() builtin on
-    vectors is a function call, not an instruction."""
+    """CPU strategy: each work-item owns `rows` x `cols` outputs (`cols`: two vector
+    registers of elements; see rows_layout), held in a private array. K is walked in
+    steps of KSTEP: the work-item first copies that slice of B's columns into a private,
+    aligned panel (padding columns past N with zeros), then sweeps its rows `micro` at a
+    time, holding micro x 2 vector accumulators in registers while it streams the panel.
+    That is what BLAS libraries call packing: rows of B lie a whole row of the matrix
+    apart (4 KiB for a 1024-wide float32 matrix), so reading them directly missed the
+    caches and their prefetchers on every step; the copied panel is read contiguously,
+    once per row. No local memory or barriers, which CPU drivers emulate slowly.
+    Floating-point products are contracted into fma instructions by the compiler
+    (FP_CONTRACT ON in the inner loop): on PoCL the fma() built-in on vectors is a
+    function call, not an instruction."""
     cols, rows, micro = rows_layout(spec)
     width = cols // 2
     vec = f"{t}{width}"
@@ -196,7 +197,7 @@ def _rows_body(spec: MatmulSpec, t: str) -> list[str]:
              f"    const int kc = (int)min((IDX){KSTEP}, K - k0);",
              f"    if (sBn == 1 && col0 + {cols} <= N) {{",
              "      for (int kk = 0; kk < kc; ++kk) {",
-             "        __global const {t}* src = B + offB + (k0 + kk) * sBk + col0;".replace("{t}", t),
+             f"        __global const {t}* src = B + offB + (k0 + kk) * sBk + col0;",
              f"        for (int j = 0; j < {cols}; ++j) panel[kk][j] = src[j];",
              "      }",
              "    } else {",
@@ -235,7 +236,7 @@ def _rows_body(spec: MatmulSpec, t: str) -> list[str]:
 
 def rows_layout(spec: MatmulSpec) -> tuple[int, int, int]:
     """The "rows" strategy's (output columns, output rows per work-item, rows per register
-    block). A register block holds MICRO x 2 vector accumulators, plus two vectors of B and
+    block). A register block holds micro x 2 vector accumulators, plus two vectors of B and
     one broadcast of A: 8 rows fill 19 of AVX-512's 32 registers, 6 rows 15 of AVX2's 16."""
     width = min(16, max(2, spec.vector_bytes // np.dtype(spec.dtype).itemsize))
     micro = 8 if spec.vector_bytes >= 64 else 6
