@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pyopencl as cl
 
 import clients
+from fusion_server.codegen import expressions as ex
 
 from . import common
 
@@ -101,12 +103,10 @@ def vector_prelude() -> tuple[str, int]:
     server = clients.client_for().server
     width = server.vector_width
     lines = [f"#define WIDTH {width}", f"typedef float{width} VEC;"]
-    if any("PLAIN_VECTORS" in option for option in server.runtime.programs.options):
-        lines += [f"typedef float VEC_u __attribute__((ext_vector_type({width}), aligned(4)));",
-                  "#define LOADV(p) (*(__global const VEC_u*)(p))",
-                  "#define STOREV(v, p) (*(__global VEC_u*)(p) = (v))"]
-    else:
-        lines += [f"#define LOADV(p) vload{width}(0, p)", f"#define STOREV(v, p) vstore{width}(v, 0, p)"]
+    if f"-D{ex.PLAIN_VECTORS}" in server.runtime.programs.options:
+        lines.append(f"#define {ex.PLAIN_VECTORS}")
+    lines += ex.vector_access({np.dtype(np.float32)}, width)
+    lines += [f"#define LOADV(p) VLOAD(float, {width}, p)", f"#define STOREV(v, p) VSTORE(float, {width}, v, p)"]
     lines += ["float VSUM(VEC v) { float s = 0.0f; for (int l = 0; l < WIDTH; ++l) s += ((float*)&v)[l]; return s; }"]
     return "\n".join(lines) + "\n", width
 
