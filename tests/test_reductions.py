@@ -720,3 +720,23 @@ def test_vector_steps_with_tails_in_both_strategies(strategy, cols):
     np.testing.assert_array_equal(got_max, (a + b).max(axis=1))
     np.testing.assert_allclose(strided, (a[:, ::2] * np.float32(2)).sum(axis=1), rtol=2e-5, atol=1e-5)
 
+
+
+def test_row_reductions_spread_over_every_cpu_core(server, monkeypatch):
+    """A CPU driver runs a work-group on one core: a reduction's rows (heavy work-items)
+    go in groups small enough that every compute unit gets several."""
+    if server.info.kind != "CPU":
+        pytest.skip("the work-group size of heavy launches changes on CPU devices only")
+    launches = []
+    real = server.launch_grid
+
+    def spy(kernel, global_size, local, *rest, **kw):
+        launches.append((global_size, local))
+        return real(kernel, global_size, local, *rest, **kw)
+
+    monkeypatch.setattr(server, "launch_grid", spy)
+    a = rand((1024, 64))
+    with server_settings(reduce_strategy="loop"):
+        assert_tensor(clients.sum(clients.asarray(a), axis=1), a.sum(axis=1))
+    (global_size, local), = launches
+    assert global_size // local >= 4 * server.info.compute_units

@@ -373,7 +373,7 @@ class ReducePlan:
             if strategy == "group":
                 server.launch_grid(kernel, nout * rg.GROUP_SIZE, rg.GROUP_SIZE, args, "reduce", names, bindings)
             else:
-                server.launch(kernel, nout, args, "reduce", names, bindings)
+                server.launch(kernel, nout, args, "reduce", names, bindings, heavy=True)
         server.mark_ready([e.storage for e in out_entries + write_entries])
 
 
