@@ -101,7 +101,7 @@ def vector_prelude() -> tuple[str, int]:
     access that the fusion server's own kernels use on this device, so hand-written
     kernels are held to the same practice."""
     server = clients.client_for().server
-    width = server.vector_width
+    width = server.widths.of_size(4)  # (float kernels)
     lines = [f"#define WIDTH {width}", f"typedef float{width} VEC;"]
     if f"-D{ex.PLAIN_VECTORS}" in server.runtime.programs.options:
         lines.append(f"#define {ex.PLAIN_VECTORS}")

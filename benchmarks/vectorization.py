@@ -42,11 +42,14 @@ def chain(x: Any, ns: Any) -> Any:
 def set_width(width: int) -> None:
     """The element-wise vector width of the default device's server, for kernels built
     from now on (taken under the client's lock, as every server change is)."""
-    clients.client_for().call(lambda server: setattr(server, "vector_width", width))
+    from fusion_server.runtime.widths import VectorWidths
+
+    clients.client_for().call(lambda server: setattr(server, "widths", VectorWidths.uniform(width)))
 
 
 def get_width() -> int:
-    return clients.client_for().call(lambda server: server.vector_width)
+    """The width of float32 kernels (the chain's)."""
+    return clients.client_for().call(lambda server: server.widths.of_size(4))
 
 
 def run(size: str = "large", repeat: int = 10) -> dict:
@@ -71,7 +74,7 @@ def run(size: str = "large", repeat: int = 10) -> dict:
 
     variants = {name: variant(name) for name in widths}
     setup = {name: (lambda w=width: set_width(w)) for name, width in widths.items()}
-    before = get_width()
+    before = clients.client_for().call(lambda server: server.widths)
     errors, counts, facts = {}, {}, {}
     try:
         for name, fn in variants.items():
@@ -93,7 +96,7 @@ def run(size: str = "large", repeat: int = 10) -> dict:
             recs.clear()
         wall = common.time_rounds(variants, repeat, warmup=0, setup=setup, repeats=counts)
     finally:
-        set_width(before)
+        clients.client_for().call(lambda server: setattr(server, "widths", before))
 
     device = {}
     for name, recs in records.items():

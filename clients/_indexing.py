@@ -18,8 +18,10 @@ import pyopencl as cl
 
 from fusion_server import dtypes as dt
 from fusion_server import opset
+from fusion_server.codegen import gather
 from fusion_server.compiling import BUILD_OPTIONS
 from fusion_server.ir import contiguous_strides
+from fusion_server.runtime.programs import build_kernel
 
 from . import _functions as F
 from .tensor import Tensor
@@ -253,36 +255,6 @@ def _any_outside(index: Tensor, n: int) -> bool:
 _KERNELS: dict[tuple, cl.Kernel] = {}
 
 
-def _move_source(dtype: np.dtype, index_dtypes: tuple[np.dtype, ...], rank: int) -> str:
-    """OpenCL C for `dst[d] = src[s]` over an iteration space of `rank` dimensions.
-
-    Each work-item splits its flat index into coordinates; d and s are an offset plus
-    coordinate times stride per dimension, plus for each index array its value (negative
-    ones wrapped, then clamped into the axis so no read or write leaves the buffers)
-    times that axis's stride.
-    """
-    t = dt.CL_NAME[dtype]
-    k_range = range(len(index_dtypes))
-    params = [f"__global {t} *dst", "long dst_off", f"__global const {t} *src", "long src_off"]
-    for k, d in enumerate(index_dtypes):
-        params += [f"__global const {dt.CL_NAME[d]} *idx{k}", f"long idx{k}_off"]
-    params.append("long n")
-    for o in range(rank):
-        params += [f"long n{o}", f"long ds{o}", f"long ss{o}"] + [f"long is{k}_{o}" for k in k_range]
-    for k in k_range:
-        params += [f"long m{k}", f"long da{k}", f"long sa{k}"]
-    body = ["long g = (long)get_global_id(0);", "if (g >= n) return;", "long d = dst_off, s = src_off;"]
-    body += [f"long i{k} = idx{k}_off;" for k in k_range]
-    for o in reversed(range(rank)):
-        walk = "".join(f" i{k} += c * is{k}_{o};" for k in k_range)
-        body.append(f"{{ long c = g % n{o}; g /= n{o}; d += c * ds{o}; s += c * ss{o};{walk} }}")
-    for k in k_range:
-        body.append(f"{{ long v = (long)idx{k}[i{k}]; if (v < 0) v += m{k}; v = clamp(v, 0L, m{k} - 1);"
-                    f" d += v * da{k}; s += v * sa{k}; }}")
-    body.append("dst[d] = src[s];")
-    return "__kernel void move(" + ", ".join(params) + ") {\n  " + "\n  ".join(body) + "\n}\n"
-
-
 def _kernel(x: Tensor, indices: tuple[Tensor, ...], rank: int) -> cl.Kernel:
     """The move kernel for x's dtype, the index dtypes and `rank`, built once per context
     (here, before the op is queued, so no build happens under the server lock). One
@@ -291,61 +263,9 @@ def _kernel(x: Tensor, indices: tuple[Tensor, ...], rank: int) -> cl.Kernel:
     key = (context.int_ptr, x.dtype, tuple(t.dtype for t in indices), rank)
     kernel = _KERNELS.get(key)
     if kernel is None:
-        source = _move_source(x.dtype, key[2], rank)
-        program = cl.Program(context, source).build(options=list(BUILD_OPTIONS))
-        kernel = _KERNELS[key] = cl.Kernel(program, "move")
+        source = gather.move_source(x.dtype, key[2], rank)
+        kernel = _KERNELS[key] = build_kernel(context, source, "move", BUILD_OPTIONS)
     return kernel
-
-
-def _elements(a: Any) -> tuple[int, tuple[int, ...]]:
-    """A pyopencl array's offset and strides in elements."""
-    size = a.dtype.itemsize
-    return a.offset // size, tuple(s // size for s in a.strides)
-
-
-def _launch_move(queue, inputs, outputs, *, kernel, scatter, region_map, adv, b_map, region) -> None:
-    """Gather (`out = y[indices]`) or scatter (`out = old; out.y[indices] = value`), enqueued
-    only. `region` is the selected region's (shape, strides, offset) in the output for a
-    scatter; a gather reads it from its first input."""
-    out = outputs[0]
-    if scatter:  # walk the value; write through the region of the output
-        old, src, *indices = inputs
-        if old.size:  # the old values first (one run of elements), in queue order
-            cl.enqueue_copy(queue, out.base_data, old.base_data, byte_count=old.nbytes,
-                            src_offset=old.offset, dst_offset=out.offset)
-        region_shape, region_strides, dst_off = region
-        src_off, src_walk = _elements(src)
-        dst_walk = [region_strides[r] if r >= 0 else 0 for r in region_map]
-        dst_adv = [region_strides[a] for a in adv]
-        src_adv = [0] * len(adv)
-        sizes = [region_shape[a] for a in adv]
-        it_shape = src.shape
-    else:  # walk the output; read through the region (the first input)
-        src, *indices = inputs
-        src_off, y_strides = _elements(src)
-        dst_off, dst_walk = _elements(out)
-        src_walk = [y_strides[r] if r >= 0 else 0 for r in region_map]
-        dst_adv = [0] * len(adv)
-        src_adv = [y_strides[a] for a in adv]
-        sizes = [src.shape[a] for a in adv]
-        it_shape = out.shape
-    n = int(np.prod(it_shape, dtype=np.int64))
-    if n == 0:
-        return
-    i64 = np.int64
-    args: list[Any] = [out.base_data, i64(dst_off), src.base_data, i64(src_off)]
-    index_strides = []
-    for t in indices:
-        off, st = _elements(t)
-        args += [t.base_data, i64(off)]
-        index_strides.append(st)
-    args.append(i64(n))
-    for o, size in enumerate(it_shape):
-        args += [i64(size), i64(dst_walk[o]), i64(src_walk[o])]
-        args += [i64(st[b_map[o]] if b_map[o] >= 0 else 0) for st in index_strides]
-    for k in range(len(adv)):
-        args += [i64(sizes[k]), i64(dst_adv[k]), i64(src_adv[k])]
-    kernel(queue, (n,), None, *args)
 
 
 _move = None
@@ -360,7 +280,7 @@ def _move_kernel():
             return [(specs[0].shape if scatter else out_shape, specs[0].dtype)]
 
         def launch(queue, inputs, outputs, *, out_shape, **params):
-            _launch_move(queue, inputs, outputs, **params)
+            gather.launch_move(queue, inputs, outputs, **params)
 
         _move = custom.kernel("index", launch, outputs=outputs)
     return _move

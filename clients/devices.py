@@ -6,6 +6,8 @@ import os
 import threading
 from dataclasses import dataclass
 
+from fusion_server import qualification
+from fusion_server.qualification.ranking import choose
 from fusion_server.runtime import DeviceInfo, list_devices, select_device
 from fusion_server.server import FusionServer
 
@@ -78,8 +80,8 @@ def _resolve(device: Device | str | int | None) -> DeviceInfo:
     if isinstance(device, Device):
         return device.info
     if device is None:
-        return select_device(os.environ.get("FUSION_DEVICE"))
-    return select_device(str(device))
+        return select_device(os.environ.get("FUSION_DEVICE"), choose)
+    return select_device(str(device), choose)
 
 
 def client_for(device: Device | str | int | None = None) -> FusionClient:
@@ -92,7 +94,8 @@ def client_for(device: Device | str | int | None = None) -> FusionClient:
         info = _resolve(device)
         client = _clients.get(info.index)
         if client is None:
-            client = _clients[info.index] = FusionClient(FusionServer(info))
+            server = FusionServer(info, widths=qualification.widths_for(info))
+            client = _clients[info.index] = FusionClient(server)
         if device is None:
             _default.append(info.index)
         return client

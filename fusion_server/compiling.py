@@ -27,18 +27,23 @@ def _generator(spec):
 
 
 class CompileJob:
-    """Generate and build the kernel of one specialization key; safe without the lock."""
+    """Generate and build the kernel of one specialization key; safe without the lock.
 
-    def __init__(self, programs: ProgramCache, spec: cg.KernelSpec):
+    With `fallback`, a vector kernel whose build fails (a driver that rejects or cannot
+    compile some vector code) is built as its family's scalar variant instead."""
+
+    def __init__(self, programs: ProgramCache, spec: cg.KernelSpec, fallback: bool = True):
         self.programs = programs
         self.spec = spec
+        self.fallback = fallback
 
     def run(self) -> None:
         """Build; a failure is kept by the cache and fails the block when it resumes."""
         spec = self.spec
         gen = _generator(spec)
+        scalar = gen.scalar_variant(spec) if self.fallback else None
         try:
-            self.programs.build_once(spec, lambda: gen.generate(spec), BUILD_OPTIONS, gen.arg_dtypes(spec))
+            self.programs.build_once(spec, gen.generate, BUILD_OPTIONS, gen.arg_dtypes, scalar)
         except Exception as exc:
             self.programs.failed[spec] = exc
 

@@ -12,9 +12,16 @@ float64 = np.dtype(np.float64)
 
 SUPPORTED: tuple[np.dtype, ...] = (bool_, int32, int64, float32, float64)
 
+# Known to the code generator but not yet to users: device qualification runs canaries of
+# every element size (1, 2, 4 and 8 bytes), and these are its 1- and 2-byte integers.
+int8 = np.dtype(np.int8)
+int16 = np.dtype(np.int16)
+
 # bool is stored as one byte holding 0 or 1, exactly like numpy's bool.
 CL_NAME: dict[np.dtype, str] = {
     bool_: "uchar",
+    int8: "char",
+    int16: "short",
     int32: "int",
     int64: "long",
     float32: "float",
@@ -24,6 +31,8 @@ CL_NAME: dict[np.dtype, str] = {
 # The signed integer type whose element size matches, for vector select() masks.
 CL_MASK_NAME: dict[np.dtype, str] = {
     bool_: "char",
+    int8: "char",
+    int16: "short",
     int32: "int",
     int64: "long",
     float32: "int",
@@ -49,7 +58,7 @@ def normalize(dtype: object) -> np.dtype:
         dt = np.dtype(dtype)
     except TypeError as exc:
         raise TypeError(f"not a dtype: {dtype!r}") from exc
-    if dt not in CL_NAME:
+    if dt not in SUPPORTED:
         names = ", ".join(d.name for d in SUPPORTED)
         raise TypeError(f"dtype {dt.name} is not supported (supported: {names})")
     return dt

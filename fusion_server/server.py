@@ -41,6 +41,8 @@ from .ir import (
 )
 from .plans import PlanRejected, PlanStore
 from .runtime import DeviceInfo, DeviceRuntime
+from .runtime.programs import BuiltKernel
+from .runtime.widths import VectorWidths
 from .stream import Stream
 
 log = logging.getLogger("fusion_server")
@@ -59,6 +61,7 @@ class KernelRecord:
     items: int  # work-items launched
     event: cl.Event | None = None
     why: str = ""  # which fuser took the block, the competing scores, why the block closed
+    fallback: str = ""  # set when the kernel is the scalar variant: why the vector build failed
 
     @property
     def device_seconds(self) -> float | None:
@@ -83,6 +86,8 @@ class Recorder:
                          f"{rec.bindings} bindings")
             if rec.why:
                 lines.append(f"    {rec.why}")
+            if rec.fallback:
+                lines.append(f"    built as scalar code: {rec.fallback}")
         return "\n".join(lines)
 
 
@@ -118,6 +123,7 @@ class FusionServer:
         mode: str | None = None,
         max_bindings: int | None = None,
         max_ops: int | None = None,
+        widths: VectorWidths | None = None,
     ):
         self.info = info
         self.runtime = DeviceRuntime(info)
@@ -139,10 +145,12 @@ class FusionServer:
         # None: per device ("group" on GPUs for long rows, else "loop"); tests force either.
         self.reduce_strategy: str | None = None
         self.matmul_strategy: str | None = None  # likewise: "tiled" (GPUs) or "rows" (CPUs)
-        # Elements per work-item where layouts allow (FUSION_VECTOR_WIDTH=1: scalar code only).
-        self.vector_width = _env_int("FUSION_VECTOR_WIDTH") or info.vector_width
-        if self.vector_width not in (1, 2, 4, 8, 16):
-            raise FusionError(f"FUSION_VECTOR_WIDTH={self.vector_width}: expected 1, 2, 4, 8 or 16")
+        # Elements per work-item where layouts allow, per element size: what the device
+        # qualified (see fusion_server/qualification), else what it prefers.
+        self.widths = widths or VectorWidths.uniform(info.vector_width)
+        # A kernel whose vector build fails is built again as scalar code before its block
+        # fails (off while qualifying, where a failing vector build is the finding).
+        self.build_fallback = True
         self.fuser_factories: list[Callable[[FusionServer], Fuser]] = []
         # Stored decisions of the fusers, per fuser configuration (see plans.py).
         self.plan_stores: dict[tuple, PlanStore] = {}
@@ -363,20 +371,26 @@ class FusionServer:
 
         Building takes long (150 ms on PoCL), so it happens outside the server lock: the
         client catches NeedsCompile, releases the lock, builds, and resumes. With
-        `compile_under_lock` the build happens right here instead.
+        `compile_under_lock` the build happens right here instead. The kernel may be
+        the scalar variant of `spec` (see `built_for`).
         """
+        return self.built_for(spec).kernel
+
+    def built_for(self, spec) -> BuiltKernel:
+        """`kernel_for`, with the spec that was actually built: `spec` itself, or its
+        scalar variant when the vector build failed (the plan launches by that one)."""
         programs = self.runtime.programs
-        kernel = programs.get(spec)
-        if kernel is None:
+        built = programs.get(spec)
+        if built is None:
             failure = programs.failed.get(spec)
             if failure is not None:
                 raise failure
-            job = CompileJob(programs, spec)
+            job = CompileJob(programs, spec, self.build_fallback)
             if not self.compile_under_lock:
                 raise NeedsCompile(job)
             job.run()
-            return self.kernel_for(spec)
-        return kernel
+            return self.built_for(spec)
+        return built
 
     def launch(
         self, kernel: cl.Kernel, items: int, args: list, kind: str, ops: list[str], bindings: int,
@@ -407,7 +421,8 @@ class FusionServer:
     ) -> None:
         self.counters["kernels_launched"] += 1
         if self.recorders:
-            record = KernelRecord(kind, ops, bindings, name, items, event, self.block_note)
+            record = KernelRecord(kind, ops, bindings, name, items, event, self.block_note,
+                                  self.runtime.programs.fallbacks.get(name, ""))
             for rec in self.recorders:
                 rec.kernels.append(record)
 
@@ -484,6 +499,7 @@ class FusionServer:
         return {
             **self.counters,
             "compiles": progs.compiles,
+            "build_fallbacks": len(progs.fallbacks),
             "compile_seconds": round(progs.compile_seconds, 4),
             "plans_stored": sum(store.stored for store in self.plan_stores.values()),
             "buffers_live": pool.live,

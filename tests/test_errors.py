@@ -72,14 +72,14 @@ def test_failed_block_marks_only_its_outputs(server):
     x = clients.asarray(a)
     good = clients.exp(x)
     good.numpy()
-    original = server.kernel_for
+    original = server.built_for
 
     def broken(spec):
         if any(op.name == "tan" for op in spec.ops):
             raise RuntimeError("injected build failure")
         return original(spec)
 
-    server.kernel_for = broken
+    server.built_for = broken
     try:
         bad = clients.tan(x) * 2.0
         with pytest.raises(clients.TensorFailedError, match="tan, multiply.*injected build failure") as info:
@@ -89,7 +89,7 @@ def test_failed_block_marks_only_its_outputs(server):
         with pytest.raises(clients.TensorFailedError, match="input tensor .* failed"):
             later.numpy()
     finally:
-        del server.kernel_for
+        del server.built_for
     np.testing.assert_allclose(good.numpy(), np.exp(a), rtol=1e-6)
     server_still_works()
     assert clients.stats()["failed_blocks"] >= 2

@@ -122,17 +122,18 @@ def test_both_matmul_strategies_agree_with_numpy(strategy, mkn):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
-@pytest.mark.parametrize("width", [2, 4, 8, 16])
+@pytest.mark.parametrize("width", [1, 2, 4, 8, 16])
 def test_row_kernel_at_every_cpu_vector_width(dtype, width):
     """The CPU kernel's layout follows the vector registers (64-byte ones: 8-row register
-    blocks; narrower: 6-row blocks); every layout covers ragged edges, batches and strided
-    operands."""
+    blocks; narrower: 6-row blocks; width 1 is the scalar fallback); every layout covers
+    ragged edges, batches and strided operands."""
+    from fusion_server.runtime.widths import VectorWidths
     from tests.conftest import server_settings
 
     rng = np.random.default_rng(width)
     a = rng.integers(-3, 4, (2, 53, 70)).astype(dtype)
     w = rng.integers(-3, 4, (70, 37)).astype(dtype)
-    with server_settings(matmul_strategy="rows", vector_width=width):
+    with server_settings(matmul_strategy="rows", widths=VectorWidths.uniform(width)):
         x, tw = clients.asarray(a), clients.asarray(w)
         got = (x @ tw + 1).numpy()
         got_t = (tw.T @ x[0].T).numpy()

@@ -40,6 +40,20 @@ class KernelSpec(NamedTuple):
     rank: int  # collapsed rank used by strided inputs, 0 if none
 
 
+def scalar_variant(spec: KernelSpec) -> KernelSpec | None:
+    """The same kernel as scalar code (one element per work-item), if `spec` is a vector one."""
+    return spec._replace(width=1) if spec.width > 1 else None
+
+
+def dtypes_of(ops: tuple[TraceOp, ...] | list[TraceOp], scalars: tuple[np.dtype, ...] = ()) -> set[np.dtype]:
+    """Every dtype the ops of a trace compute in or produce, with their scalars'."""
+    out = set(scalars)
+    for op in ops:
+        out.add(op.compute)
+        out.add(op.out)
+    return out
+
+
 def value_dtype(spec: KernelSpec, ref: tuple[str, int]) -> np.dtype:
     kind, k = ref
     if kind == "i":
@@ -166,8 +180,7 @@ def generate(spec: KernelSpec) -> tuple[str, str]:
     """(source, kernel name) for `spec`."""
     name = kernel_name(spec)
     W = spec.width
-    all_dtypes = {d for d, _ in spec.inputs} | set(spec.scalars) | {op.out for op in spec.ops}
-    all_dtypes |= {op.compute for op in spec.ops}
+    all_dtypes = {d for d, _ in spec.inputs} | dtypes_of(spec.ops, spec.scalars)
     # No fused multiply-add contraction: results match numpy's op-by-op rounding exactly.
     src: list[str] = ["#pragma OPENCL FP_CONTRACT OFF"]
     if dt.float64 in all_dtypes:

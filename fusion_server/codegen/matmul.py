@@ -43,6 +43,14 @@ class MatmulSpec(NamedTuple):
     vector_bytes: int = 64  # rows: bytes of the CPU's vector registers (64: AVX-512)
 
 
+def scalar_variant(spec: MatmulSpec) -> MatmulSpec | None:
+    """The "rows" kernel with scalar accumulators (the tiled one has no scalar form)."""
+    scalar_bytes = np.dtype(spec.dtype).itemsize
+    if spec.strategy != "rows" or spec.vector_bytes <= scalar_bytes:
+        return None
+    return spec._replace(vector_bytes=scalar_bytes)
+
+
 def kernel_name(spec: MatmulSpec) -> str:
     return "matmul_" + hashlib.sha1(repr(spec).encode()).hexdigest()[:10]
 
@@ -189,7 +197,7 @@ def _rows_body(spec: MatmulSpec, t: str) -> list[str]:
     function call, not an instruction."""
     cols, rows, micro = rows_layout(spec)
     width = cols // 2
-    vec = f"{t}{width}"
+    vec = t if width == 1 else f"{t}{width}"
     lines = [f"  {t} acc[{rows}][{cols}] __attribute__((aligned(64)));",
              f"  {t} panel[{KSTEP}][{cols}] __attribute__((aligned(64)));",
              f"  for (int i = 0; i < {rows}; ++i) for (int j = 0; j < {cols}; ++j) acc[i][j] = ({t})0;",
@@ -238,6 +246,6 @@ def rows_layout(spec: MatmulSpec) -> tuple[int, int, int]:
     """The "rows" strategy's (output columns, output rows per work-item, rows per register
     block). A register block holds micro x 2 vector accumulators, plus two vectors of B and
     one broadcast of A: 8 rows fill 19 of AVX-512's 32 registers, 6 rows 15 of AVX2's 16."""
-    width = min(16, max(2, spec.vector_bytes // np.dtype(spec.dtype).itemsize))
+    width = min(16, max(1, spec.vector_bytes // np.dtype(spec.dtype).itemsize))
     micro = 8 if spec.vector_bytes >= 64 else 6
     return 2 * width, 8 * micro, micro

@@ -43,6 +43,14 @@ class ReduceSpec(NamedTuple):
     width: int = 1  # loop strategy: elements per step along a contiguous reduced axis
 
 
+def scalar_variant(spec: ReduceSpec) -> ReduceSpec | None:
+    """The same reduction reading one element per step, if `spec` reads vectors (the
+    metadata and arguments do not change)."""
+    if spec.width == 1:
+        return None
+    return spec._replace(width=1, prologue=spec.prologue._replace(width=1))
+
+
 def kernel_name(spec: ReduceSpec) -> str:
     digest = hashlib.sha1(repr(spec).encode()).hexdigest()[:10]
     return f"reduce_{spec.kind}_{digest}"
@@ -61,8 +69,10 @@ def _identity(kind: str, acc: np.dtype) -> str:
         return f"(({t})0)"
     if kind == "prod":
         return f"(({t})1)"
-    big = {"float": "INFINITY", "double": "INFINITY", "int": "INT_MAX", "long": "LONG_MAX", "uchar": "1"}[t]
-    small = {"float": "-INFINITY", "double": "-INFINITY", "int": "INT_MIN", "long": "LONG_MIN", "uchar": "0"}[t]
+    big = {"float": "INFINITY", "double": "INFINITY", "int": "INT_MAX", "long": "LONG_MAX", "uchar": "1",
+           "char": "CHAR_MAX", "short": "SHRT_MAX"}[t]
+    small = {"float": "-INFINITY", "double": "-INFINITY", "int": "INT_MIN", "long": "LONG_MIN", "uchar": "0",
+             "char": "CHAR_MIN", "short": "SHRT_MIN"}[t]
     return small if kind in ("max", "argmax") else big
 
 

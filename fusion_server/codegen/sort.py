@@ -54,6 +54,11 @@ def key_bytes(dtype: np.dtype) -> int:
     return 8 if _KEYS[dtype][0] == "ulong" else 4
 
 
+def scalar_variant(spec: SortSpec) -> None:
+    """Sort kernels have no vector form to fall back from."""
+    return None
+
+
 def kernel_name(spec: SortSpec) -> str:
     outs = ("v" if spec.values else "") + ("i" if spec.indices else "")
     return f"sort_{spec.stage}_{spec.dtype.name}_{outs}"

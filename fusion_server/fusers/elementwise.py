@@ -237,7 +237,8 @@ class ElementwisePlan:
         rank = 0
         dims: tuple[int, ...] = ()
         layouts = [(e.offset, ()) for e in in_entries]
-        width = 1 if recipe.scalar_code else server.vector_width
+        width = 1 if recipe.scalar_code else server.widths.for_dtypes(
+            recipe.dtypes.union([e.ir.dtype for e in in_entries]))
         if strided:
             dims, sets = collapse(shape, [strides_of[k] for k in strided])
             rank = len(dims)
@@ -272,7 +273,8 @@ class ElementwisePlan:
                     if self.replayed:  # more values alive than when it was stored: explore instead
                         raise PlanRejected(f"needs {bindings} bindings, over the limit of {self.max_bindings}")
                     raise RuntimeError(f"needs {bindings} bindings, over the limit of {self.max_bindings}")
-                built = (spec, server.kernel_for(spec), bindings)
+                kernel_spec = server.built_for(spec)  # its scalar variant if the vector build failed
+                built = (kernel_spec.spec, kernel_spec.kernel, bindings)
             except (NeedsCompile, PlanRejected):
                 raise  # nothing has changed yet: built outside the lock, then this runs again
             except Exception as exc:  # a compiler error fails this block only (invariant 6)
@@ -300,7 +302,7 @@ class ElementwisePlan:
             args.extend(out_buffers)
             args.extend(in_buffers)
             args.extend(scalars)
-            server.launch(kernel, (n + width - 1) // width, args, "elementwise", recipe.names, bindings)
+            server.launch(kernel, (n + spec.width - 1) // spec.width, args, "elementwise", recipe.names, bindings)
         server.mark_ready([e.storage for e in out_entries])
 
 
@@ -310,7 +312,7 @@ class _Recipe:
     scalars, the values written, and the kernels built for it per layout."""
 
     __slots__ = ("needed", "live_ops", "names", "trace", "in_slots", "scalar_slots", "scalar_dtypes",
-                 "outputs", "scalar_code", "kernels")
+                 "outputs", "scalar_code", "dtypes", "kernels")
 
     def __init__(self, ops: list[ElementwiseOp], needed: set[int], aliases: dict[int, int] | None = None):
         live = liveness(ops, needed, aliases)
@@ -322,6 +324,7 @@ class _Recipe:
         self.scalar_dtypes = tuple(scalar_dtypes)
         self.outputs = tuple(vmap[j] for j in self.needed)
         self.scalar_code = any(needs_scalar_code(t.name, t.compute) or t.expr in SCALAR_EXPRS for t in trace)
+        self.dtypes = frozenset(cg.dtypes_of(trace, self.scalar_dtypes))  # (inputs' are added per launch)
         self.kernels: dict[tuple, tuple] = {}
 
 

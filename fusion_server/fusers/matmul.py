@@ -129,10 +129,13 @@ class MatmulPlan:
             out_rank=out_rank,
             strategy=strategy,
             tile=128 if strategy == "tiled" and m * n * nbatch >= 2048 * 2048 else 64,
-            vector_bytes=4 * server.vector_width if strategy == "rows" else 64,
+            # (at most 64 bytes: the register block of the rows layout fills AVX-512's registers)
+            vector_bytes=min(64, mm.compute.itemsize * server.widths.of_size(mm.compute.itemsize))
+            if strategy == "rows" else 64,
         )
         try:
-            kernel = server.kernel_for(spec)
+            built = server.built_for(spec)  # its scalar variant if the vector build failed
+            kernel, spec = built.kernel, built.spec
         except NeedsCompile:
             raise
         except Exception as exc:

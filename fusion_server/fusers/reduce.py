@@ -308,7 +308,8 @@ class ReducePlan:
         index = "long" if largest > INT32_LIMIT else "int"
         # Vector steps along the reduced axis where it is one contiguous (or broadcast) run.
         n_in = len(pro_entries)
-        width = server.vector_width
+        width = server.widths.for_dtypes(cg.dtypes_of(trace, tuple(pro_sdt)).union(
+            [red.acc], [e.ir.dtype for e in pro_entries]))
         vectorize = (
             strategy == "loop" and width > 1 and len(rdims) == 1
             # (argmax/argmin keep lane indices in the value's integer width)

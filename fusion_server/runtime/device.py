@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyopencl as cl
@@ -24,6 +26,7 @@ class DeviceInfo:
     max_work_group_size: int
     fp64: bool
     device: cl.Device
+    driver_version: str = ""
 
     @property
     def is_simulator(self) -> bool:
@@ -34,8 +37,15 @@ class DeviceInfo:
         return f"{self.platform} / {self.name}"
 
     @property
+    def driver_numbers(self) -> tuple[int, ...]:
+        """The driver's version as numbers ("3.0-rc2" -> (3, 0)), for "the newest" in rankings."""
+        found = re.search(r"\d+(?:\.\d+)*", self.driver_version)
+        return tuple(int(p) for p in found.group(0).split(".")) if found else ()
+
+    @property
     def vector_width(self) -> int:
-        """Elements per work-item of vectorized element-wise and reduction kernels.
+        """Elements per work-item of vectorized element-wise and reduction kernels, as the
+        device prefers them (qualification may narrow them per element size).
 
         CPUs take their native float vector (16 on AVX-512, where a transcendental chain
         ran 2.9x faster than with 4: the driver's vector math fills the whole register).
@@ -61,6 +71,13 @@ def _kind(dev: cl.Device) -> str:
         if dev.type & getattr(cl.device_type, flag):
             return flag
     return "OTHER"
+
+
+def _driver_version(dev: cl.Device) -> str:
+    try:
+        return str(dev.driver_version).strip()
+    except cl.Error:
+        return ""
 
 
 def list_devices() -> list[DeviceInfo]:
@@ -89,17 +106,20 @@ def list_devices() -> list[DeviceInfo]:
                     max_work_group_size=dev.max_work_group_size,
                     fp64=bool(dev.double_fp_config),
                     device=dev,
+                    driver_version=_driver_version(dev),
                 )
             )
     return out
 
 
-def select_device(spec: str | int | None = None) -> DeviceInfo:
+def select_device(
+    spec: str | int | None = None, choose: Callable[[list[DeviceInfo]], DeviceInfo] | None = None
+) -> DeviceInfo:
     """The device named by `spec` (index or name substring), else the default.
 
-    The default is the first GPU that is not the Oclgrind simulator (it reports itself
-    as a GPU and runs kernels thousands of times slower), else PoCL's CPU device, else
-    any device but the simulator.
+    The default comes from `choose` over every device but the Oclgrind simulator (it
+    reports itself as a GPU and runs kernels thousands of times slower); without it, the
+    first of the preferred kind (`by_kind`).
     """
     devices = list_devices()
     if not devices:
@@ -117,12 +137,18 @@ def select_device(spec: str | int | None = None) -> DeviceInfo:
         names = "; ".join(d.label for d in devices)
         raise DeviceError(f"FUSION_DEVICE={text!r} matches no device (devices: {names})")
     usable = [d for d in devices if not d.is_simulator]
-    for pick in (
-        lambda d: d.kind == "GPU",
-        lambda d: d.kind == "CPU" and "portable computing language" in d.platform.lower(),
-        lambda d: True,
-    ):
-        for info in usable:
-            if pick(info):
-                return info
-    raise DeviceError("only the Oclgrind simulator was found; name it in FUSION_DEVICE to use it")
+    if not usable:
+        raise DeviceError("only the Oclgrind simulator was found; name it in FUSION_DEVICE to use it")
+    if choose is not None:
+        return choose(usable)
+    return by_kind(usable)[0][0]
+
+
+def by_kind(devices: list[DeviceInfo]) -> list[list[DeviceInfo]]:
+    """`devices` grouped by kind, most preferred first: GPUs, then CPUs (PoCL's before
+    other CPU drivers), then the rest; platform order within a group."""
+    gpus = [d for d in devices if d.kind == "GPU"]
+    cpus = [d for d in devices if d.kind == "CPU"]
+    cpus.sort(key=lambda d: "portable computing language" not in d.platform.lower())
+    rest = [d for d in devices if d.kind not in ("GPU", "CPU")]
+    return [group for group in (gpus, cpus, rest) if group]

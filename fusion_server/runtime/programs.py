@@ -3,6 +3,10 @@
 pyopencl's own binary cache (on disk, keyed by source and device) makes a rebuild of a
 known source cheaper, but a rebuild still costs tens of milliseconds on PoCL, so every
 built kernel is kept here and retrieved once.
+
+Every OpenCL build of the library goes through `build_kernel`, which recovers from a
+poisoned driver cache; the cache's `build_once` also falls back to a kernel's scalar
+variant when its vector build fails.
 """
 
 from __future__ import annotations
@@ -10,23 +14,70 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+import warnings
 from collections.abc import Callable, Hashable
+from typing import Any, NamedTuple
 
 import pyopencl as cl
 
 log = logging.getLogger("fusion_server")
+
+# Added to a build whose kernel the driver could not find in a program it reported as
+# built: a driver cache entry left half-written by a crashed build (PoCL: every later
+# process gets INVALID_KERNEL_NAME for that kernel). The option changes the driver's
+# cache key, so the source is compiled afresh (and that entry is cached in turn).
+FRESH_BUILD_OPTION = "-DFUSION_FRESH_BUILD=1"
 
 
 class KernelBuildError(RuntimeError):
     """The OpenCL compiler rejected a generated or user-written source."""
 
 
+class BuiltKernel(NamedTuple):
+    """A built kernel and the spec it was built from: the one asked for, or its scalar
+    variant (`fallback` then says why the vector build failed)."""
+
+    kernel: cl.Kernel
+    spec: Any
+    fallback: str = ""
+
+
+def build_kernel(context: cl.Context, source: str, name: str, options: list[str] | tuple[str, ...] = ()) -> cl.Kernel:
+    """Compile `source` and return its kernel `name`; KernelBuildError if the driver rejects it.
+
+    A program that builds but lacks its kernel came from a broken driver cache entry:
+    it is built once more with FRESH_BUILD_OPTION, with a warning naming the cache."""
+    try:
+        program = cl.Program(context, source).build(options=list(options))
+    except cl.Error as exc:
+        raise KernelBuildError(f"OpenCL build of {name} failed:\n{exc}") from None
+    try:
+        return cl.Kernel(program, name)
+    except cl.Error as exc:
+        if FRESH_BUILD_OPTION in options:
+            raise KernelBuildError(f"OpenCL kernel {name} could not be created: {exc}") from None
+        first = exc
+    del program  # the broken program goes before the fresh build
+    from .drivers import kernel_cache_of
+
+    where = kernel_cache_of(context.devices[0])
+    warnings.warn(
+        f"the OpenCL driver built kernel {name} but could not create it ({first}): its kernel "
+        f"cache ({where or 'unknown location'}) likely holds an entry left by a build that crashed. "
+        "Rebuilt it fresh; deleting that cache directory clears such entries.",
+        RuntimeWarning, stacklevel=2,
+    )
+    return build_kernel(context, source, name, [*options, FRESH_BUILD_OPTION])
+
+
 class ProgramCache:
     def __init__(self, context: cl.Context, dump_dir: str | None = None):
         self.context = context
         self.dump_dir = dump_dir
-        self._kernels: dict[Hashable, cl.Kernel] = {}
+        self._kernels: dict[Hashable, BuiltKernel] = {}
         self.compiles = 0
+        self.fallbacks: dict[str, str] = {}  # kernel names built as scalar variants: why
         self.compile_seconds = 0.0
         self._lock = threading.Lock()  # guards counters and `_building`: builds run off the server lock
         self._building: dict[Hashable, threading.Lock] = {}  # keys being built, held by the builder
@@ -34,7 +85,7 @@ class ProgramCache:
         self.options: tuple[str, ...] = ()  # build options of this device, added to every build
         self.closing = False  # set at interpreter exit: builds in flight finish, none start
 
-    def get(self, key: Hashable) -> cl.Kernel | None:
+    def get(self, key: Hashable) -> BuiltKernel | None:
         return self._kernels.get(key)
 
     def wait_idle(self) -> None:
@@ -48,14 +99,19 @@ class ProgramCache:
     def build_once(
         self,
         key: Hashable,
-        make_source: Callable[[], tuple[str, str]],
+        make_source: Callable[[Any], tuple[str, str]],
         options: tuple[str, ...] = (),
-        arg_dtypes: list | None = None,
-    ) -> cl.Kernel:
-        """The kernel for `key`, built by exactly one thread however many ask at once."""
-        kernel = self._kernels.get(key)
-        if kernel is not None:
-            return kernel
+        arg_dtypes: Callable[[Any], list] | None = None,
+        scalar_variant: Any = None,
+    ) -> BuiltKernel:
+        """The kernel for `key`, built by exactly one thread however many ask at once.
+
+        `make_source(spec)` and `arg_dtypes(spec)` are called with `key`; if that build
+        fails and `scalar_variant` is a spec, it is built instead (once) and kept under `key`.
+        """
+        built = self._kernels.get(key)
+        if built is not None:
+            return built
         with self._lock:
             if self.closing:
                 raise RuntimeError("the process is exiting: no new kernels are built")
@@ -67,35 +123,48 @@ class ProgramCache:
         if not mine:
             with gate:  # another thread builds it; this is a host wait, not a device wait
                 pass
-            kernel = self._kernels.get(key)
-            if kernel is not None:
-                return kernel
-            return self.build_once(key, make_source, options, arg_dtypes)  # its build failed: try ours
+            built = self._kernels.get(key)
+            if built is not None:
+                return built
+            # its build failed: try ours
+            return self.build_once(key, make_source, options, arg_dtypes, scalar_variant)
         try:
-            source, name = make_source()
-            kernel = self.build(key, source, name, options, arg_dtypes)
+            built = self._build_or_fall_back(key, make_source, options, arg_dtypes, scalar_variant)
         finally:
             with self._lock:
                 del self._building[key]
             gate.release()
-        return kernel
+        return built
+
+    def _build_or_fall_back(self, key, make_source, options, arg_dtypes, scalar_variant) -> BuiltKernel:
+        source, name = make_source(key)
+        try:
+            kernel = self.build(key, source, name, options, arg_dtypes(key) if arg_dtypes else None)
+            built = BuiltKernel(kernel, key)
+        except KernelBuildError as exc:
+            if scalar_variant is None:
+                raise
+            why = _first_lines(str(exc))
+            log.warning("the vector build of %s failed; building it as scalar code: %s", name, why)
+            source, scalar_name = make_source(scalar_variant)
+            kernel = self.build(scalar_variant, source, scalar_name, options,
+                                arg_dtypes(scalar_variant) if arg_dtypes else None)
+            built = BuiltKernel(kernel, scalar_variant, why)
+            with self._lock:
+                self.fallbacks[scalar_name] = why
+        self._kernels[key] = built
+        return built
 
     def build(
         self, key: Hashable, source: str, name: str, options: tuple[str, ...] = (), arg_dtypes: list | None = None
     ) -> cl.Kernel:
-        """Compile `source`, keep kernel `name` under `key`, and return it."""
-        import time
-
+        """Compile `source` and return its kernel `name` (counted, timed, dumped)."""
         if self.dump_dir:
             os.makedirs(self.dump_dir, exist_ok=True)
             with open(os.path.join(self.dump_dir, f"{name}.cl"), "w") as f:
                 f.write(source)
         start = time.perf_counter()
-        try:
-            program = cl.Program(self.context, source).build(options=list(options) + list(self.options))
-        except cl.RuntimeError as exc:
-            raise KernelBuildError(f"OpenCL build of {name} failed:\n{exc}") from None
-        kernel = cl.Kernel(program, name)
+        kernel = build_kernel(self.context, source, name, list(options) + list(self.options))
         if arg_dtypes is not None:
             kernel.set_scalar_arg_dtypes(arg_dtypes)
         elapsed = time.perf_counter() - start
@@ -103,5 +172,10 @@ class ProgramCache:
             self.compiles += 1
             self.compile_seconds += elapsed
         log.debug("compiled %s in %.1f ms", name, elapsed * 1e3)
-        self._kernels[key] = kernel
         return kernel
+
+
+def _first_lines(text: str, lines: int = 3, width: int = 300) -> str:
+    """The start of a (long) build log, on one line."""
+    kept = [line.strip() for line in text.splitlines() if line.strip()][:lines]
+    return " | ".join(kept)[:width]

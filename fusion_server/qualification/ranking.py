@@ -1,0 +1,51 @@
+"""Which device is the default, on purpose: the preferred kind, then the best verdict.
+
+GPUs come before CPUs (runtime.device.by_kind). When several drivers offer that kind
+(two PoCLs, say: the one pip brings and a distribution's), each is qualified, and the
+default is the one usable at the widest widths, then the newest driver, then the first
+listed. A new driver that appears changes the default visibly, and for a reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..runtime.device import DeviceInfo, by_kind
+from .verdict import Verdict
+
+
+@dataclass(frozen=True)
+class Ranked:
+    info: DeviceInfo
+    verdict: Verdict | None  # None: not qualified for the ranking (another kind is preferred)
+    why: str
+
+
+def rank(devices: list[DeviceInfo], verdict_of: Callable[[DeviceInfo], Verdict] | None = None) -> list[Ranked]:
+    """Every device in order of preference, each with why it stands there."""
+    if verdict_of is None:
+        from . import verdict_for as verdict_of
+    out: list[Ranked] = []
+    for group_index, group in enumerate(by_kind([d for d in devices if not d.is_simulator])):
+        if group_index or len(group) == 1:
+            why = "the preferred kind" if group_index == 0 else f"a {group[0].kind} (another kind comes first)"
+            out += [Ranked(d, None, why) for d in group]
+            continue
+        verdicts = [(d, verdict_of(d)) for d in group]
+        order = sorted(range(len(verdicts)), key=lambda k: (
+            verdicts[k][1].score(), verdicts[k][0].driver_numbers, -k), reverse=True)
+        for place, k in enumerate(order):
+            d, v = verdicts[k]
+            why = (f"{'usable' if v.usable else 'NOT usable'}, widths {v.vector_widths}, driver "
+                   f"{d.driver_version or '?'}")
+            if place == 0:
+                why = f"best of {len(group)} {d.kind} drivers: {why}"
+            out.append(Ranked(d, v, why))
+    out += [Ranked(d, None, "a simulator: only when named") for d in devices if d.is_simulator]
+    return out
+
+
+def choose(devices: list[DeviceInfo]) -> DeviceInfo:
+    """The default device among `devices` (simulators already left out)."""
+    return rank(devices)[0].info

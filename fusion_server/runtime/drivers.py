@@ -1,0 +1,35 @@
+"""Facts about OpenCL drivers that their devices do not report: where they cache kernels."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyopencl as cl
+
+
+def is_pocl(device: cl.Device) -> bool:
+    try:
+        return "portable computing language" in device.platform.name.lower()
+    except cl.Error:
+        return False
+
+
+def kernel_cache_of(device: cl.Device) -> str | None:
+    """The directory where the device's driver keeps compiled kernels, where known.
+
+    PoCL keeps its own (pyopencl then skips its cache); NVIDIA's driver keeps one too;
+    for other drivers pyopencl caches binaries itself."""
+    if is_pocl(device):
+        configured = os.environ.get("POCL_CACHE_DIR", "").strip()
+        if configured:
+            return configured
+        base = os.environ.get("XDG_CACHE_HOME", "").strip() or str(Path.home() / ".cache")
+        return str(Path(base) / "pocl" / "kcache")
+    try:
+        vendor = device.platform.name.lower()
+    except cl.Error:
+        vendor = ""
+    if "nvidia" in vendor:
+        return os.environ.get("CUDA_CACHE_PATH", "").strip() or str(Path.home() / ".nv" / "ComputeCache")
+    return None
