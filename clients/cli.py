@@ -6,19 +6,58 @@ import os
 import sys
 
 
-def info() -> int:
-    """Print every OpenCL device with its limits, and which one is the default."""
-    import clients
+def info(argv: list[str] | None = None) -> int:
+    """Print every OpenCL device with its limits, driver, qualification verdict and
+    kernel caches; which one is the default, and why.
 
+    `--qualify` qualifies every device that has no verdict yet (by default only the
+    ones the default choice needs are), `--requalify` measures every verdict again."""
+    import clients
+    from fusion_server import qualification
+    from fusion_server.qualification import ranking
+    from fusion_server.qualification import verdict as verdicts
+    from fusion_server.runtime.drivers import kernel_cache_of
+
+    argv = argv or []
+    refresh = "--requalify" in argv
+    everything = refresh or "--qualify" in argv
     default = clients.default_device()
-    for dev in clients.devices():
-        mark = "*" if dev == default else " "
-        print(f"{mark} [{dev.index}] {dev.platform} / {dev.name} ({dev.kind})")
-        for key, value in dev.limits.items():
+    infos = [d.info for d in clients.devices()]
+    for info in infos:
+        mark = "*" if info.index == default.index else " "
+        print(f"{mark} [{info.index}] {info.platform} / {info.name} ({info.kind})")
+        for key, value in clients.Device(info).limits.items():
             print(f"        {key:<22}{value}")
-    print("(* = default device; choose another with FUSION_DEVICE=<index or name>)")
-    print(f"compiled-kernel cache (pyopencl's, kept between processes): {kernel_cache_dir()}")
+        print(f"        {'driver':<22}{verdicts.driver_of(info)}")
+        verdict = verdicts.load(info) if not everything else None
+        if verdict is None and (everything or info.index == default.index or info.is_simulator):
+            verdict = qualification.verdict_for(info, refresh=refresh)
+        lines = verdict.lines() if verdict else ["not qualified yet (it is when first used; --qualify runs it now)"]
+        print(f"        {'vector widths':<22}{lines[0]}")
+        for line in lines[1:]:
+            print(f"        {'':<22}{line}")
+        print(f"        {'kernel cache':<22}{_kernel_cache(info, kernel_cache_of)}")
+    print()
+    print("default device, and why (FUSION_DEVICE=<index or name> chooses another):")
+    if os.environ.get("FUSION_DEVICE", "").strip():
+        print(f"  [{default.index}] {default.platform} / {default.name}: named by FUSION_DEVICE")
+    else:
+        for place, ranked in enumerate(ranking.rank(infos, qualification.verdict_for), 1):
+            d = ranked.info
+            print(f"  {place}. [{d.index}] {d.platform} / {d.name}: {ranked.why}")
+    print(f"qualification verdicts kept in {verdicts.cache_dir()} (FUSION_QUALIFY=0 turns qualification off)")
     return 0
+
+
+def _kernel_cache(info, kernel_cache_of) -> str:
+    """Where compiled kernels of `info` are kept between processes."""
+    from pyopencl.characterize import has_src_build_cache
+
+    driver = kernel_cache_of(info.device)
+    if has_src_build_cache(info.device):
+        return f"{driver or 'kept by the driver'} (the driver's own; pyopencl keeps none for it)"
+    ours = f"{kernel_cache_dir()} (pyopencl's)"
+    return f"{ours}; {driver} (the driver's)" if driver else ours
 
 
 def kernel_cache_dir() -> str:
@@ -49,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return demo(argv)
     if command == "info":
-        return info()
+        return info(argv)
     if command == "bench":
         return bench(argv)
-    print("usage: python -m fusion_server {demo,info,bench} [options]")
+    print("usage: python -m fusion_server {demo,info [--qualify|--requalify],bench} [options]")
     return 0 if command in ("help", "-h", "--help") else 2

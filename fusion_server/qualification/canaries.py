@@ -335,7 +335,7 @@ def compare(name: str, got: np.ndarray, want: np.ndarray) -> str:
         return ""
     first = np.flatnonzero(~ok.ravel())[0]
     return (f"{name}: {int(ok.sum())} of {ok.size} elements right; first wrong at {first}: "
-            f"{got.ravel()[first]!r}, numpy {want.ravel()[first]!r}")
+            f"{got.ravel()[first].item()!r}, numpy {want.ravel()[first].item()!r}")
 
 
 def _four(shape):

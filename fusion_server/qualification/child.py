@@ -40,7 +40,7 @@ def _server_for(spec: dict):
 
 def _classify(exc: BaseException) -> tuple[str, str]:
     """(how, detail) of a canary that raised."""
-    from ..runtime.programs import KernelBuildError
+    from ..runtime.programs import KernelBuildError, first_lines
     from .canaries import CanaryFailed
 
     if isinstance(exc, CanaryFailed):
@@ -48,24 +48,17 @@ def _classify(exc: BaseException) -> tuple[str, str]:
     seen = exc
     while seen is not None:
         if isinstance(seen, KernelBuildError):
-            return "build", _short(str(seen))
+            return "build", first_lines(str(seen))
         seen = seen.__cause__
-    return "error", _short(f"{type(exc).__name__}: {exc}")
+    return "error", first_lines(f"{type(exc).__name__}: {exc}")
 
 
-def _short(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return " | ".join(lines[:4])[:400]
-
-
-def _inject_build_failure(server) -> None:
-    programs = server.runtime.programs
-    original = programs.build
-
+def _broken_build(original):
+    """A build that appends an #error: the driver rejects the source (an injected fault)."""
     def broken(key, source, name, options=(), arg_dtypes=None):
         return original(key, source + "\n#error injected build failure\n", name, options, arg_dtypes)
 
-    programs.build = broken
+    return broken
 
 
 def run_job(server, job: dict) -> bool:
@@ -87,8 +80,9 @@ def run_job(server, job: dict) -> bool:
             os.abort()
         if fault == "hang":
             threading.Event().wait(10**6)  # a canary that never returns
+        programs = server.runtime.programs
         if fault == "build":
-            _inject_build_failure(server)
+            programs.build = _broken_build(programs.build)
         server.reduce_strategy = server.matmul_strategy = None
         try:
             canary.run(server, fp64, corrupt=fault == "wrong")
@@ -96,6 +90,8 @@ def run_job(server, job: dict) -> bool:
             how, detail = _classify(exc)
             _emit(job=job["id"], canary=canary.label, event="fail", how=how, detail=detail)
             return False  # the rest of the job is moot: this width is out
+        finally:
+            vars(programs).pop("build", None)  # the injected build, if any, goes with its canary
         _emit(job=job["id"], canary=canary.label, event="pass")
     return True
 
@@ -104,7 +100,7 @@ def main() -> int:
     try:
         server = _server_for(json.loads(sys.stdin.readline()))
     except Exception:  # noqa: BLE001
-        _emit(event="setup-failed", detail=_short(traceback.format_exc()))
+        _emit(event="setup-failed", detail=traceback.format_exc()[-400:])
         return 1
     _emit(event="ready")
     for line in sys.stdin:

@@ -144,7 +144,7 @@ class ProgramCache:
         except KernelBuildError as exc:
             if scalar_variant is None:
                 raise
-            why = _first_lines(str(exc))
+            why = first_lines(str(exc))
             log.warning("the vector build of %s failed; building it as scalar code: %s", name, why)
             source, scalar_name = make_source(scalar_variant)
             kernel = self.build(scalar_variant, source, scalar_name, options,
@@ -175,7 +175,8 @@ class ProgramCache:
         return kernel
 
 
-def _first_lines(text: str, lines: int = 3, width: int = 300) -> str:
-    """The start of a (long) build log, on one line."""
-    kept = [line.strip() for line in text.splitlines() if line.strip()][:lines]
-    return " | ".join(kept)[:width]
+def first_lines(text: str, width: int = 400) -> str:
+    """A long build log on one line: its first line and the compiler's first errors."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines[1:] if "error" in line.lower() and "clBuildProgram" not in line][:2]
+    return " | ".join(lines[:1] + errors)[:width]

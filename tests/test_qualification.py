@@ -1,0 +1,346 @@
+"""Device qualification: canaries in child processes pick each element size's vector width;
+faults (a child that aborts, hangs, builds nothing or computes wrong values) narrow the
+width and the parent carries on; verdicts are cached; builds that fail fall back to
+scalar code; a broken driver cache entry is rebuilt fresh."""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import shutil
+import subprocess
+import uuid
+
+import numpy as np
+import pyopencl as cl
+import pytest
+
+import clients
+from fusion_server import qualification
+from fusion_server.qualification import runner
+from fusion_server.qualification import verdict as verdicts
+from fusion_server.qualification.ranking import choose, rank
+from fusion_server.qualification.verdict import Failure, Verdict
+from fusion_server.runtime import device as device_mod
+from fusion_server.runtime.programs import KernelBuildError, build_kernel
+from fusion_server.runtime.widths import VectorWidths
+from tests.conftest import rand, run_python, server_settings
+
+SIZES = (1, 2, 4, 8)
+
+
+@pytest.fixture
+def info():
+    return clients.default_device().info
+
+
+def _widest(info) -> int:
+    return runner.candidates(info.vector_width)[0]
+
+
+@pytest.mark.timeout(600)
+def test_injected_faults_narrow_the_width_and_the_parent_carries_on(info):
+    """An abort, a wrong value and a failed build at the widest width each disqualify it
+    for their element size; the verdict says which canary failed and how."""
+    if info.vector_width < 2:
+        pytest.skip("the device prefers scalar code: there is no width to narrow")
+    w = _widest(info)
+    faults = {f"4x{w}/elementwise-int32": "abort", f"8x{w}/elementwise-int64": "wrong",
+              f"1x{w}/elementwise-bool": "build"}
+    verdict = runner.qualify(info, faults=faults)
+    found = {(f.job, f.canary): f for f in verdict.failures}
+    abort = found[(f"4-byte x {w}", "elementwise-int32")]
+    assert abort.how == "crash" and "SIGABRT" in abort.detail
+    wrong = found[(f"8-byte x {w}", "elementwise-int64")]
+    assert wrong.how == "wrong" and "elements right" in wrong.detail
+    build = found[(f"1-byte x {w}", "elementwise-bool")]
+    assert build.how == "build" and "injected build failure" in build.detail
+    for size in (1, 4, 8):
+        assert verdict.widths[size] < w
+    assert verdict.common_ok and verdict.usable
+    assert verdict.children >= 2  # the aborted child was replaced
+    # This process is untouched and computes as before.
+    np.testing.assert_allclose((clients.asarray(rand(64)) * 2.0).numpy(), rand(64) * 2, rtol=1e-6)
+
+
+@pytest.mark.timeout(600)
+def test_a_hanging_canary_is_killed_at_the_timeout(info):
+    w = _widest(info) if info.vector_width > 1 else 1
+    verdict = runner.qualify(info, faults={f"2x{w}/elementwise-int16": "hang", "common/gather-float32": "hang"},
+                             timeout=15)
+    found = {(f.job, f.canary): f.how for f in verdict.failures}
+    assert found[("common", "gather-float32")] == "hang"
+    assert not verdict.common_ok and not verdict.usable
+    if w > 1:
+        assert found[(f"2-byte x {w}", "elementwise-int16")] == "hang"
+        assert verdict.widths[2] < w
+
+
+@pytest.mark.timeout(600)
+def test_scalar_code_that_fails_makes_the_device_unusable(info):
+    """When every width of an element size fails, scalar code is checked; failing that
+    too, the verdict says the device is not usable (it is never chosen by default)."""
+    faults = {f"8x{w}/elementwise-int64": "wrong" for w in [*runner.candidates(info.vector_width), 1]}
+    verdict = runner.qualify(info, faults=faults)
+    assert verdict.widths[8] == 1 and not verdict.scalar_ok and not verdict.usable
+    assert any(f.job == "8-byte x 1" for f in verdict.failures)
+    assert "NOT USABLE" in "\n".join(verdict.lines())
+
+
+@pytest.mark.timeout(600)
+def test_the_verdict_is_cached_and_a_second_run_starts_no_child(info, tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSION_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(qualification, "_verdicts", {})
+    started = []
+    real_popen = subprocess.Popen
+
+    def counting(*args, **kwargs):
+        started.append(args)
+        return real_popen(*args, **kwargs)
+
+    monkeypatch.setattr(runner.subprocess, "Popen", counting)
+    first = qualification.verdict_for(info)
+    assert started and first.qualified
+    assert list((tmp_path / "qualification").glob("*.json"))
+    started.clear()
+    monkeypatch.setattr(qualification, "_verdicts", {})  # as a new process would start
+    second = qualification.verdict_for(info)
+    assert not started
+    assert second.widths == first.widths and second.failures == first.failures
+    assert second.measured == first.measured
+    # The key holds the driver and the CPU: another CPU gets its own verdict.
+    monkeypatch.setattr(verdicts, "cpu_signature", lambda: "another CPU [flags]")
+    assert verdicts.load(info) is None
+
+
+def test_a_verdict_round_trips_through_json():
+    v = Verdict("P / D", "1.0", {1: 16, 2: 16, 4: 8, 8: 4}, {s: 16 for s in SIZES},
+                [Failure("4-byte x 16", "elementwise-int32", "crash", "killed by SIGABRT")], measured="now")
+    back = Verdict.from_json(v.to_json())
+    assert back == v
+    assert back.vector_widths == VectorWidths(16, 16, 8, 4)
+    assert "failed 4-byte x 16: elementwise-int32 crash" in "\n".join(back.lines())
+
+
+def test_qualification_off_trusts_the_device(info, monkeypatch):
+    monkeypatch.setenv("FUSION_QUALIFY", "0")
+    monkeypatch.setattr(qualification, "qualify", lambda *a, **k: pytest.fail("qualification ran"))
+    v = qualification.verdict_for(info)
+    assert not v.qualified and v.widths == {s: info.vector_width for s in SIZES}
+    assert qualification.widths_for(info) == VectorWidths.uniform(info.vector_width)
+
+
+def test_a_forced_width_past_the_qualified_one_warns(info, monkeypatch):
+    narrow = Verdict(info.label, "d", {1: 16, 2: 16, 4: 8, 8: 4}, {s: 16 for s in SIZES})
+    monkeypatch.setattr(qualification, "verdict_for", lambda i, refresh=False: narrow)
+    monkeypatch.setenv("FUSION_VECTOR_WIDTH", "16")
+    with pytest.warns(RuntimeWarning, match="past the qualified widths.*4-byte elements qualified at 8"):
+        assert qualification.widths_for(info) == VectorWidths.uniform(16)
+    monkeypatch.setenv("FUSION_VECTOR_WIDTH", "4")
+    assert qualification.widths_for(info) == VectorWidths.uniform(4)  # within: no warning
+    monkeypatch.setenv("FUSION_VECTOR_WIDTH", "3")
+    with pytest.raises(clients.FusionError, match="FUSION_VECTOR_WIDTH=3"):
+        qualification.widths_for(info)
+    monkeypatch.delenv("FUSION_VECTOR_WIDTH")
+    assert qualification.widths_for(info) == VectorWidths(16, 16, 8, 4)
+
+
+def test_a_kernel_runs_at_the_narrowest_width_of_its_element_sizes():
+    """Widths per element size: a float32 chain at the 4-byte width, an int64 one at the
+    8-byte width, a block mixing them at the narrower (counted in work-items)."""
+    n = 4096
+    a = np.arange(n, dtype=np.float32)
+    with server_settings(widths=VectorWidths(16, 16, 8, 4)):
+        x, i = clients.asarray(a), clients.asarray(np.arange(n))
+        with clients.inspect() as rec:
+            f = (x * 2.0 + 1.0).numpy()
+            g = (i * 3 - 1).numpy()
+            h = (clients.astype(x, np.int64) + i).numpy()
+    np.testing.assert_array_equal(f, a * 2 + 1)
+    np.testing.assert_array_equal(g, np.arange(n) * 3 - 1)
+    np.testing.assert_array_equal(h, a.astype(np.int64) + np.arange(n))
+    assert [k.items for k in rec.kernels] == [n // 8, n // 4, n // 4]
+
+
+# -- builds that fail fall back to scalar code -----------------------------------------------
+def _refuse_vectors(programs, marker):
+    """A driver that refuses every vector build of sources containing `marker`."""
+    original = programs.build
+
+    def build(key, source, name, options=(), arg_dtypes=None):
+        width = getattr(key, "width", 1) if not hasattr(key, "vector_bytes") else key.vector_bytes // 4
+        if marker in source and width > 1:
+            raise KernelBuildError(f"OpenCL build of {name} failed:\nerror: injected: no vectors here")
+        return original(key, source, name, options, arg_dtypes)
+
+    programs.build = build
+    return original
+
+
+@pytest.mark.parametrize("family", ["elementwise", "reduce", "matmul"])
+def test_a_vector_build_that_fails_is_built_again_as_scalar_code(family, client):
+    programs = client.server.runtime.programs
+    value = float(uuid.uuid4().int % 1000) + 0.5  # a kernel nobody has built
+    marker = f"{value}f"
+    op = clients.custom.elementwise(f"scaled_{family}", f"x * {marker}")
+    a = rand((48, 64))
+    x = clients.asarray(a)
+    before = clients.stats()["build_fallbacks"]
+    original = _refuse_vectors(programs, marker)
+    try:
+        with server_settings(widths=VectorWidths.uniform(4), reduce_strategy="loop", matmul_strategy="rows"):
+            with clients.inspect() as rec:
+                if family == "elementwise":
+                    got, want = op(x).numpy(), a * np.float32(value)
+                elif family == "reduce":
+                    got, want = clients.sum(op(x), axis=1).numpy(), (a * np.float32(value)).sum(1)
+                else:
+                    got, want = op(x @ clients.asarray(a.T)).numpy(), (a @ a.T) * np.float32(value)
+    finally:
+        programs.build = original
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    assert clients.stats()["build_fallbacks"] - before == 1
+    (record,) = rec.kernels
+    assert "injected: no vectors here" in record.fallback
+    assert "built as scalar code" in rec.explain()
+    if family == "elementwise":
+        assert record.items == a.size  # one element per work-item
+
+
+def test_a_build_that_fails_as_scalar_code_too_fails_its_block_only(client):
+    programs = client.server.runtime.programs
+    marker = f"{uuid.uuid4().int % 1000}.25f"
+    op = clients.custom.elementwise("never_builds", f"x - {marker}")
+    original = programs.build
+
+    def refuse(key, source, name, options=(), arg_dtypes=None):
+        if marker in source:
+            raise KernelBuildError(f"OpenCL build of {name} failed: injected")
+        return original(key, source, name, options, arg_dtypes)
+
+    programs.build = refuse
+    try:
+        with server_settings(widths=VectorWidths.uniform(4)):
+            y = op(clients.asarray(rand(64)))
+            with pytest.raises(clients.TensorFailedError, match="injected"):
+                y.numpy()
+    finally:
+        programs.build = original
+    np.testing.assert_allclose((clients.asarray(rand(8)) + 1.0).numpy(), rand(8) + 1, rtol=1e-6)
+
+
+# -- a broken driver cache ------------------------------------------------------------------
+def test_a_kernel_the_driver_cannot_create_is_built_fresh_once(client, monkeypatch):
+    context = client.server.runtime.context
+    source = f"__kernel void k_{uuid.uuid4().hex}(__global float* o) {{ o[get_global_id(0)] = 1.0f; }}"
+    name = source.split()[2].split("(")[0]
+    real = cl.Kernel
+    calls = []
+
+    def flaky(program, kname):
+        calls.append(kname)
+        if len(calls) == 1:  # what PoCL says for a program loaded from a broken cache entry
+            raise cl.LogicError("clCreateKernel failed: INVALID_KERNEL_NAME")
+        return real(program, kname)
+
+    monkeypatch.setattr(cl, "Kernel", flaky)
+    with pytest.warns(RuntimeWarning, match="kernel cache .* Rebuilt it fresh"):
+        kernel = build_kernel(context, source, name)
+    assert kernel.function_name == name and len(calls) == 2
+    calls.clear()
+    monkeypatch.setattr(cl, "Kernel", lambda p, k: (calls.append(k), real(p, "missing"))[1])
+    with pytest.warns(RuntimeWarning), pytest.raises(KernelBuildError, match="could not be created"):
+        build_kernel(context, source, name)  # retried once, not forever
+    assert len(calls) == 2
+
+
+_PRIME = """
+import pyopencl as cl
+from fusion_server.runtime.programs import build_kernel
+ctx = cl.Context([d for p in cl.get_platforms() if "Portable" in p.name for d in p.get_devices()][:1])
+for src, name in [(A, "first"), (B, "second")]:
+    build_kernel(ctx, src, name)
+print(build_kernel(ctx, B, "second").function_name)
+"""
+
+
+def test_a_poisoned_pocl_cache_entry_is_rebuilt_with_a_warning_naming_the_cache(info, tmp_path):
+    """PoCL keeps a broken entry after a build crashed; here one is made by swapping two
+    entries' programs, so the driver finds a program without the kernel it looks for."""
+    if "portable computing language" not in info.platform.lower():
+        pytest.skip("PoCL's cache")
+    sources = ('A = "__kernel void first(__global float* o) { o[get_global_id(0)] *= 2.0f; }"\n'
+               'B = "__kernel void second(__global float* o) { o[get_global_id(0)] += 1.0f; }"\n')
+    cache = tmp_path / "kcache"
+    done = run_python(sources + _PRIME, POCL_CACHE_DIR=str(cache))
+    assert done.returncode == 0 and done.stdout.split() == ["second"], done.stderr
+    programs = sorted(glob.glob(str(cache / "*" / "*" / "program.bc")))
+    assert len(programs) == 2
+    shutil.copy(programs[0], tmp_path / "swap.bc")
+    shutil.copy(programs[1], programs[0])
+    shutil.copy(tmp_path / "swap.bc", programs[1])
+    done = run_python(sources + _PRIME, POCL_CACHE_DIR=str(cache))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["second"]
+    assert "Rebuilt it fresh" in done.stderr and str(cache) in done.stderr
+
+
+# -- the default device, chosen on purpose ------------------------------------------------------
+def _fake(index, platform, name, kind, driver="1.0"):
+    real = clients.devices()[0].info
+    return dataclasses.replace(real, index=index, platform=platform, name=name, kind=kind, driver_version=driver)
+
+
+def _verdict(widths, usable=True):
+    return Verdict("x", "d", dict(zip(SIZES, widths)), {s: 16 for s in SIZES}, scalar_ok=usable)
+
+
+def test_of_two_drivers_the_one_qualified_wider_is_the_default():
+    pypi = _fake(0, "Portable Computing Language", "pthread-cpu", "CPU", "3.0-rc2")
+    distro = _fake(1, "Portable Computing Language", "cpu-haswell", "CPU", "3.1")
+    widths = {0: (16, 16, 8, 4), 1: (16, 16, 16, 16)}
+    ranked = rank([pypi, distro], lambda d: _verdict(widths[d.index]))
+    assert [r.info.index for r in ranked] == [1, 0]
+    assert "best of 2 CPU drivers" in ranked[0].why and "4-byte 16" in ranked[0].why
+    widths[1] = (16, 16, 4, 4)
+    assert rank([pypi, distro], lambda d: _verdict(widths[d.index]))[0].info.index == 0
+
+
+def test_equal_verdicts_go_to_the_newest_driver_and_unusable_ones_last():
+    old = _fake(0, "Portable Computing Language", "a", "CPU", "3.0")
+    new = _fake(1, "Portable Computing Language", "b", "CPU", "5.0")
+    same = _verdict((16, 16, 16, 16))
+    assert rank([old, new], lambda d: same)[0].info.index == 1
+    broken = {0: _verdict((16, 16, 16, 16)), 1: _verdict((16, 16, 16, 16), usable=False)}
+    assert rank([old, new], lambda d: broken[d.index])[0].info.index == 0
+
+
+def test_a_gpu_comes_before_any_cpu_and_a_lone_device_is_not_qualified_for_the_choice():
+    gpu = _fake(0, "NVIDIA CUDA", "NVIDIA H200", "GPU")
+    cpu = _fake(1, "Portable Computing Language", "pthread-cpu", "CPU")
+    sim = _fake(2, "Oclgrind", "Oclgrind Simulator", "GPU")
+    ranked = rank([sim, cpu, gpu], lambda d: pytest.fail("no ranking needs a verdict here"))
+    assert [r.info.index for r in ranked] == [0, 1, 2]
+    assert "simulator" in ranked[-1].why
+
+
+def test_select_device_uses_the_ranking(monkeypatch):
+    pypi = _fake(0, "Portable Computing Language", "pthread-cpu", "CPU", "3.0")
+    distro = _fake(1, "Portable Computing Language", "cpu-other", "CPU", "3.1")
+    monkeypatch.setattr(device_mod, "list_devices", lambda: [pypi, distro])
+    monkeypatch.setattr(qualification, "verdict_for",
+                        lambda d, refresh=False: _verdict((16, 16, 16, 16) if d.index else (16, 16, 8, 4)))
+    assert device_mod.select_device(None, choose).index == 1
+    assert device_mod.select_device("0", choose).index == 0  # named: no ranking
+
+
+def test_info_prints_the_verdict_the_ranking_and_the_caches(capsys, info):
+    from clients import cli
+
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "vector widths" in out and "qualified widths" in out
+    assert "default device, and why" in out and "kernel cache" in out
+    if "portable computing language" in info.platform.lower():
+        assert os.path.join("pocl", "kcache") in out or os.environ.get("POCL_CACHE_DIR", "@") in out
