@@ -161,8 +161,13 @@ def test_bench_command_reaches_the_benchmark_suite(capsys):
     assert "--size" in capsys.readouterr().out
 
 
-def test_info_names_the_kernel_cache(capsys):
+def test_info_names_the_kernel_cache_of_the_default_device(capsys):
     from clients import cli
+    from fusion_server.runtime.drivers import kernel_cache_of
 
     cli.main(["info"])
-    assert "pyopencl-compiler-cache" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    device = clients.default_device().info.device
+    where = kernel_cache_of(device) or cli.kernel_cache_dir()
+    default_block = out.split("\n* ")[1].split("\n  [")[0] if "\n* " in out else out.split("* ", 1)[1]
+    assert f"kernel cache          {where}" in default_block

@@ -65,6 +65,25 @@ def test_injected_faults_narrow_the_width_and_the_parent_carries_on(info):
 
 
 @pytest.mark.timeout(600)
+def test_a_block_over_two_sizes_that_fails_narrows_the_width_that_set_its_own(info):
+    """After each size is decided alone, blocks over two sizes run at the narrower one's
+    width; one that fails halves that width (only that one), and the blocks run again."""
+    alone = qualification.verdict_for(info).widths
+    w4, w8 = alone[4], alone[8]
+    if min(w4, w8) < 2:
+        pytest.skip("scalar code: nothing to narrow")
+    verdict = runner.qualify(info, faults={"mixed-0/casts-4-8-byte-int32": "wrong"})
+    narrowed = dict(alone)
+    for s in (1, 4, 8):  # the canary's block touches bools, 4- and 8-byte elements
+        if alone[s] == min(alone[1], w4, w8):
+            narrowed[s] = alone[s] // 2
+    assert verdict.widths == narrowed
+    (failure,) = [f for f in verdict.failures if f.job.startswith("mixed")]
+    assert failure.canary == "casts-4-8-byte-int32" and failure.how == "wrong"
+    assert verdict.usable
+
+
+@pytest.mark.timeout(600)
 def test_a_hanging_canary_is_killed_at_the_timeout(info):
     w = _widest(info) if info.vector_width > 1 else 1
     verdict = runner.qualify(info, faults={f"2x{w}/elementwise-int16": "hang", "common/gather-float32": "hang"},
@@ -344,3 +363,33 @@ def test_info_prints_the_verdict_the_ranking_and_the_caches(capsys, info):
     assert "default device, and why" in out and "kernel cache" in out
     if "portable computing language" in info.platform.lower():
         assert os.path.join("pocl", "kcache") in out or os.environ.get("POCL_CACHE_DIR", "@") in out
+
+
+@pytest.mark.parametrize("narrower", [2, 4, 16])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_a_widening_sum_keeps_its_inputs_width_with_several_accumulators(narrower, dtype, server):
+    """float32 sums accumulate in float64, int32 ones in int64: where 8-byte elements
+    qualified narrower, the reduction still reads at the 4-byte width, into several
+    narrower accumulators (never past the widths the device qualified); values match numpy."""
+    q = server.widths
+    if q.w4 < 2:
+        pytest.skip("4-byte elements run as scalar code here")
+    widths = q._replace(w8=max(1, min(q.w8, q.w4 // narrower)))
+    rng = np.random.default_rng(narrower)
+    a = rng.integers(-50, 50, (7, 203)).astype(dtype)
+    y = rng.integers(-50, 50, (7, 203)).astype(dtype)
+    with server_settings(widths=widths, reduce_strategy="loop"):
+        x, t = clients.asarray(a), clients.asarray(y)
+        with clients.inspect() as rec:
+            got = (clients.sum(x * t, axis=1) + 1).numpy()
+            top = clients.max(x, axis=1).numpy()
+    want = (a.astype(np.float64 if dtype == np.float32 else np.int64) * y).sum(1) + 1
+    np.testing.assert_allclose(got, want.astype(got.dtype), rtol=1e-6)
+    np.testing.assert_array_equal(top, a.max(1))
+    assert [k.kind for k in rec.kernels] == ["reduce", "reduce"]
+    if widths.w8 < widths.w4:
+        from fusion_server.codegen.reduce import ReduceSpec
+
+        split = [k for k in server.runtime.programs.keys() if isinstance(k, ReduceSpec) and k.kind == "sum"
+                 and k.width == widths.w4 and k.acc_width == widths.w8]
+        assert split, "no sum read at the 4-byte width into narrower accumulators"

@@ -41,6 +41,10 @@ class ReduceSpec(NamedTuple):
     out_rank: int  # dims of the output, for strided epilogue inputs (0 if none)
     writes: tuple[int, ...] = ()  # prologue values also written out (at the input's shape)
     width: int = 1  # loop strategy: elements per step along a contiguous reduced axis
+    # A sum or product that widens (float32 -> float64, int32 -> int64) where the wider
+    # element size has a narrower qualified width: width / acc_width accumulators of
+    # acc_width lanes each, so the prologue keeps its own width. 0: acc_width = width.
+    acc_width: int = 0
 
 
 def scalar_variant(spec: ReduceSpec) -> ReduceSpec | None:
@@ -48,7 +52,18 @@ def scalar_variant(spec: ReduceSpec) -> ReduceSpec | None:
     metadata and arguments do not change)."""
     if spec.width == 1:
         return None
-    return spec._replace(width=1, prologue=spec.prologue._replace(width=1))
+    return spec._replace(width=1, acc_width=0, prologue=spec.prologue._replace(width=1))
+
+
+def _acc_parts(spec: ReduceSpec) -> tuple[int, int]:
+    """(accumulators, lanes each) of the vector loop."""
+    lanes = spec.acc_width or spec.width
+    return spec.width // lanes, lanes
+
+
+def _lanes(first: int, count: int) -> str:
+    """An OpenCL swizzle of `count` lanes from `first` (.s0123)."""
+    return ".s" + "".join(f"{lane:x}" for lane in range(first, first + count))
 
 
 def kernel_name(spec: ReduceSpec) -> str:
@@ -201,9 +216,16 @@ def _vector_body(spec: ReduceSpec, indent: str) -> list[str]:
     for m, j in enumerate(spec.writes):
         lines.append(indent + ex.vstore(f"v{j}", f"wout{m} + w{m}", pro.ops[j].out, W))
     value, vdtype = _value_to_reduce(spec)
-    v = ex.cast(value, vdtype, spec.acc, W)
-    lines.append(f"{indent}{{ const {ex.type_name(spec.acc, W)} val = {v}; "
-                 f"{_vector_fold(spec.kind, spec.acc, 'accv', 'val', W)} }}")
+    parts, lanes = _acc_parts(spec)
+    if parts == 1:
+        v = ex.cast(value, vdtype, spec.acc, W)
+        lines.append(f"{indent}{{ const {ex.type_name(spec.acc, W)} val = {v}; "
+                     f"{_vector_fold(spec.kind, spec.acc, 'accv', 'val', W)} }}")
+        return lines
+    for p in range(parts):
+        v = ex.cast(f"({value}){_lanes(p * lanes, lanes)}", vdtype, spec.acc, lanes)
+        lines.append(f"{indent}{{ const {ex.type_name(spec.acc, lanes)} val = {v}; "
+                     f"{_vector_fold(spec.kind, spec.acc, f'accv{p}', 'val', lanes)} }}")
     return lines
 
 
@@ -305,8 +327,10 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
         src.append("  int nan_seen = 0;")
     if spec.width > 1:
         W = spec.width
-        vtype = ex.type_name(spec.acc, W)
-        src.append(f"  {vtype} accv = ({vtype})({_identity(spec.kind, spec.acc)});")
+        parts, lanes = _acc_parts(spec)
+        vtype = ex.type_name(spec.acc, lanes)
+        for accv in ["accv"] if parts == 1 else [f"accv{p}" for p in range(parts)]:
+            src.append(f"  {vtype} {accv} = ({vtype})({_identity(spec.kind, spec.acc)});")
         mask = f"{dt.CL_MASK_NAME[spec.acc]}{W}"
         if nan_flag:
             src.append(f"  {mask} nanv = 0;")
@@ -319,7 +343,11 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
         src.append("  }")
         if nan_flag:
             src.append("  if (any(nanv)) nan_seen = 1;")
-        for lane in range(W):
+        for p in range(parts if parts > 1 else 0):  # (sums and products only)
+            for lane in range(lanes):
+                val = f"accv{p}" if lanes == 1 else f"accv{p}.s{lane:x}"
+                src.append(f"  {{ const {acc_t} val = {val}; {_fold(spec.kind, spec.acc, 'acc', 'val')} }}")
+        for lane in range(W if parts == 1 else 0):
             if is_arg:  # the best value; among ties (lanes are not in index order) the first index
                 src.append(f"  {{ const {acc_t} val = accv.s{lane:x}; const long at = (long)argv.s{lane:x};")
                 src.append(f"    if ({_better(spec.kind, spec.acc, 'val', 'acc')} || "

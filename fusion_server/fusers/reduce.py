@@ -308,8 +308,13 @@ class ReducePlan:
         index = "long" if largest > INT32_LIMIT else "int"
         # Vector steps along the reduced axis where it is one contiguous (or broadcast) run.
         n_in = len(pro_entries)
+        # The prologue's width; a sum or product that widens (float32 into float64) keeps
+        # it with several accumulators when the wider size qualified narrower.
         width = server.widths.for_dtypes(cg.dtypes_of(trace, tuple(pro_sdt)).union(
-            [red.acc], [e.ir.dtype for e in pro_entries]))
+            [e.ir.dtype for e in pro_entries]) or {red.acc})
+        acc_width = min(width, server.widths.of_size(red.acc.itemsize))
+        if acc_width < width and red.name not in ("sum", "prod"):
+            width = acc_width
         vectorize = (
             strategy == "loop" and width > 1 and len(rdims) == 1
             # (argmax/argmin keep lane indices in the value's integer width)
@@ -337,6 +342,7 @@ class ReducePlan:
             out_rank=out_rank,
             writes=writes,
             width=width,
+            acc_width=acc_width if 1 < width and acc_width < width else 0,
         )
         meta: list[int] = list(kdims) if kept_rank else []
         meta += list(rdims)

@@ -228,14 +228,15 @@ def _data(dtype: np.dtype, shape, seed: int, nan: bool = False) -> np.ndarray:
     return out
 
 
-def _cast_targets(dtype: np.dtype, fp64: bool) -> list[np.dtype]:
-    every = [dt.bool_, dt.int8, dt.int16, dt.int32, dt.int64, dt.float32] + ([dt.float64] if fp64 else [])
-    return [d for d in every if d != dtype]
+def _same_size(dtype: np.dtype, fp64: bool) -> list[np.dtype]:
+    """The other dtypes of `dtype`'s element size (bool and int8 share one)."""
+    return [d for d in _by_size(dtype.itemsize, fp64) if d != dtype]
 
 
 def _elementwise(ops, x, y, z, w, dtype: np.dtype, fp64: bool) -> dict[str, Any]:
-    """One fused block per dtype: arithmetic, compares and selects, logic, min/max, casts
-    to every other dtype, and for floats the transcendentals, pow and NaN handling."""
+    """One fused block per dtype: arithmetic, compares and selects, logic (bools are one
+    byte, so every compare touches 1-byte elements too), min/max, casts within the element
+    size, and for floats the transcendentals, pow and NaN handling."""
     out: dict[str, Any] = {}
     if dt.is_bool(dtype):
         out["and"] = ops.logical_and(x, y)
@@ -273,8 +274,24 @@ def _elementwise(ops, x, y, z, w, dtype: np.dtype, fp64: bool) -> dict[str, Any]
         out["floor"] = ops.floor(z)
         out["isnan"] = ops.isnan(w)
         out["nan_max"] = ops.maximum(w, y)
-    for target in _cast_targets(dtype, fp64):
-        out[f"to_{target.name}"] = ops.cast(x, target)
+    for target in _same_size(dtype, fp64):  # casts within the size (int32 and float32, ...)
+        out[f"to_{target.name}"] = there = ops.cast(x, target)
+        out[f"from_{target.name}"] = ops.cast(there, dtype)
+    return out
+
+
+def _pair(ops, values: dict[str, Any], dtypes_a: list[np.dtype], dtypes_b: list[np.dtype]) -> dict[str, Any]:
+    """Two element sizes in one block: casts both ways between every dtype of each, and
+    a compare and select over a cast value (the block runs at the narrower size's width)."""
+    out: dict[str, Any] = {}
+    for p in dtypes_a:
+        for q in dtypes_b:
+            there = ops.cast(values[p.name], q)
+            out[f"{p.name}_to_{q.name}"] = there
+            out[f"{q.name}_to_{p.name}"] = ops.cast(values[q.name], p)
+            if not dt.is_bool(q):
+                out[f"{p.name}_{q.name}_select"] = ops.where(ops.less(there, values[q.name]), there,
+                                                             values[q.name])
     return out
 
 
@@ -289,13 +306,15 @@ def _scalar_helpers(ops, x, y, z, dtype: np.dtype) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Canary:
-    """One kernel family over one dtype: inputs, the ops, the server settings it needs."""
+    """One kernel family over one dtype: inputs, the ops, the server settings it needs,
+    and the element sizes its kernels touch (which widths a failure narrows)."""
 
     name: str
     dtype: np.dtype
     body: Callable[..., dict[str, Any]]
     inputs: Callable[[np.dtype], list[np.ndarray]]
     settings: tuple[tuple[str, Any], ...] = ()
+    sizes: tuple[int, ...] = ()
 
     @property
     def label(self) -> str:
@@ -369,28 +388,64 @@ def _by_size(size: int, fp64: bool) -> list[np.dtype]:
 
 
 def vector_canaries(size: int, fp64: bool) -> list[Canary]:
-    """Every family that vectorizes, over the dtypes of `size` bytes (element-wise blocks
-    first: they fail most often, and cheapest)."""
+    """Every family that vectorizes, over the dtypes of `size` bytes and no other size but
+    bools (element-wise blocks first: they fail most often, and cheapest)."""
     dtypes = _by_size(size, fp64)
+    touched = tuple(sorted({size, 1}))
     out: list[Canary] = []
     for d in dtypes:
         def elementwise(ops, x, y, z, w, d=d):
             return _elementwise(ops, x, y, z, w, d, fp64)
 
-        out.append(Canary("elementwise", d, elementwise, _four((N,))))
+        out.append(Canary("elementwise", d, elementwise, _four((N,)), sizes=touched))
     loop = (("reduce_strategy", "loop"),)
     for d in dtypes:
         if dt.is_bool(d):
-            out.append(Canary("reduce-any", d, lambda ops, x, y: {"any": ops.reduce("max", x, 1)}, _rows(False), loop))
+            out.append(Canary("reduce-any", d, lambda ops, x, y: {"any": ops.reduce("max", x, 1)}, _rows(False),
+                              loop, touched))
         if d.itemsize < 4:
             continue  # no 1- or 2-byte numbers reach users yet: their reductions come with them
-        out.append(Canary("reduce-sum", d, lambda ops, x, y: {
-            "dot_plus_one": ops.add(ops.reduce("sum", ops.multiply(x, y), 1), 1)}, _rows(False), loop))
-        out.append(Canary("reduce-argmax", d, lambda ops, x, y: {"argmax": ops.reduce("argmax", x, 1)},
-                          _rows(True), loop))
+        if d.itemsize == 8:  # (sums of 4-byte numbers widen, and indices are 8 bytes: see mixed_canaries)
+            out.append(Canary("reduce-sum", d, lambda ops, x, y: {
+                "dot_plus_one": ops.add(ops.reduce("sum", ops.multiply(x, y), 1), 1)}, _rows(False), loop, touched))
+            out.append(Canary("reduce-argmax", d, lambda ops, x, y: {"argmax": ops.reduce("argmax", x, 1)},
+                              _rows(True), loop, touched))
         if dt.is_float(d):  # (integer max folds with max(), and matmuls with * and +, as element-wise code does)
-            out.append(Canary("reduce-max", d, lambda ops, x, y: {"max": ops.reduce("max", x, 1)}, _rows(True), loop))
-            out.append(Canary("matmul-rows", d, _matmul_body, _matrices, (("matmul_strategy", "rows"),)))
+            out.append(Canary("reduce-max", d, lambda ops, x, y: {"max": ops.reduce("max", x, 1)}, _rows(True),
+                              loop, touched))
+            out.append(Canary("matmul-rows", d, _matmul_body, _matrices, (("matmul_strategy", "rows"),), touched))
+    return out
+
+
+def _named_inputs(dtypes: list[np.dtype]):
+    def make(_):
+        return [_data(d, (N,), 30 + k) for k, d in enumerate(dtypes)]
+    return make
+
+
+def mixed_canaries(fp64: bool) -> list[Canary]:
+    """Blocks over two element sizes, run at the widths qualified for each size alone (a
+    block then runs at the narrower one): casts both ways between every pair of sizes,
+    widening sums (4-byte numbers into 8-byte accumulators), argmax (8-byte indices)."""
+    out: list[Canary] = []
+    present = [s for s in (1, 2, 4, 8) if _by_size(s, fp64)]
+    for k, a in enumerate(present):
+        for b in present[k + 1:]:
+            da, db = _by_size(a, fp64), _by_size(b, fp64)
+            dtypes = da + db
+
+            def pair(ops, *values, da=da, db=db, dtypes=dtypes):
+                return _pair(ops, {d.name: v for d, v in zip(dtypes, values)}, da, db)
+
+            out.append(Canary(f"casts-{a}-{b}-byte", da[0], pair, _named_inputs(dtypes), sizes=(1, a, b)))
+    loop = (("reduce_strategy", "loop"),)
+    for d in _by_size(4, fp64):
+        out.append(Canary("reduce-widening-sum", d, lambda ops, x, y: {
+            "dot_plus_one": ops.add(ops.reduce("sum", ops.multiply(x, y), 1), 1)}, _rows(False), loop, (4, 8)))
+        out.append(Canary("reduce-argmax", d, lambda ops, x, y: {"argmax": ops.reduce("argmax", x, 1)},
+                          _rows(True), loop, (4, 8)))
+    out.append(Canary("reduce-count", dt.bool_, lambda ops, x, y: {"count": ops.reduce("sum", x, 1)}, _rows(False),
+                      loop, (1, 8)))
     return out
 
 

@@ -6,7 +6,8 @@ aborts or hangs inside a canary, the parent sees which one from the last "start"
 The child stops a job at its first failing canary and takes the next job.
 
 Faults can be injected for tests: {"<job>/<canary label>": "abort" | "wrong" | "build" |
-"hang"} in the job, where <job> is "4x16" (element size x width) or "common".
+"hang"} in the job, where <job> is "4x16" (element size x width), "common", or "mixed-0"
+(the first mixed job; each narrowing runs another).
 """
 
 from __future__ import annotations
@@ -63,15 +64,17 @@ def _broken_build(original):
 
 def run_job(server, job: dict) -> bool:
     from ..runtime.widths import VectorWidths
-    from .canaries import common_canaries, vector_canaries
+    from .canaries import common_canaries, mixed_canaries, vector_canaries
 
     fp64 = server.info.fp64
+    name = job["id"]
     if job["kind"] == "common":
-        name, canaries, width = "common", common_canaries(fp64), 1
+        canaries, widths = common_canaries(fp64), VectorWidths.uniform(1)
+    elif job["kind"] == "mixed":
+        canaries, widths = mixed_canaries(fp64), VectorWidths.from_dict(job["widths"])
     else:
-        width = job["width"]
-        name, canaries = f"{job['size']}x{width}", vector_canaries(job["size"], fp64)
-    server.widths = VectorWidths.uniform(width)
+        canaries, widths = vector_canaries(job["size"], fp64), VectorWidths.uniform(job["width"])
+    server.widths = widths
     faults = job.get("faults", {})
     for canary in canaries:
         fault = faults.get(f"{name}/{canary.label}")

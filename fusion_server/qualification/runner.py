@@ -4,9 +4,11 @@ Jobs: `common` (the families without a vector width), and per element size its w
 from the widest the device prefers down to 2. A width is needed once every wider one
 failed; a worker with nothing needed to do runs the next narrower width ahead of time
 (its result is used only if the wider one fails). A size whose every vector width fails
-is checked at width 1 (scalar code). A child that crashes (a compiler abort, a segfault)
-or stays inside one canary past the timeout is replaced, and its job counts as failed
-by that canary.
+is checked at width 1 (scalar code). Once every size is decided alone, `mixed` jobs run
+blocks over two sizes at those widths (a block runs at the narrower size's width); a
+failure halves the width that set the block's, and the mixed job runs again. A child
+that crashes (a compiler abort, a segfault) or stays inside one canary past the timeout
+is replaced, and its job counts as failed by that canary.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import IO
 
 from ..runtime.device import DeviceInfo
-from ..runtime.widths import ELEMENT_SIZES
+from ..runtime.widths import ELEMENT_SIZES, VectorWidths
 from .verdict import Failure, Verdict, driver_of, now
 
 log = logging.getLogger("fusion_server")
@@ -34,26 +36,36 @@ log = logging.getLogger("fusion_server")
 DEFAULT_TIMEOUT = 30.0  # seconds one canary may take (its build included) before it counts as a hang
 _NOISE = ("warning generated", "warnings generated", "CompilerWarning", "lambda: self._prg", "PYOPENCL_COMPILER_OUTPUT")
 COMMON = 0  # the `size` of the common job
+MIXED = -1  # the `size` of a job of blocks over two element sizes, at the widths found so far
 
 
 @dataclass(frozen=True)
 class Job:
-    size: int  # element size in bytes; COMMON for the common job
-    width: int
+    size: int  # element size in bytes; COMMON or MIXED
+    width: int  # MIXED: the attempt
+    widths: tuple[int, ...] = ()  # MIXED: the width of each element size it runs at
 
     @property
     def name(self) -> str:
-        return "common" if self.size == COMMON else f"{self.size}x{self.width}"
+        if self.size == COMMON:
+            return "common"
+        return f"mixed-{self.width}" if self.size == MIXED else f"{self.size}x{self.width}"
 
     @property
     def label(self) -> str:
-        return "common" if self.size == COMMON else f"{self.size}-byte x {self.width}"
+        if self.size == COMMON:
+            return "common"
+        if self.size == MIXED:
+            return f"mixed sizes at {VectorWidths(*self.widths)}"
+        return f"{self.size}-byte x {self.width}"
 
     def message(self, faults: dict[str, str]) -> dict:
         prefix = self.name + "/"
         mine = {k: v for k, v in faults.items() if k.startswith(prefix)}
         if self.size == COMMON:
             return {"id": self.name, "kind": "common", "faults": mine}
+        if self.size == MIXED:
+            return {"id": self.name, "kind": "mixed", "widths": dict(zip(ELEMENT_SIZES, self.widths)), "faults": mine}
         return {"id": self.name, "kind": "vector", "size": self.size, "width": self.width, "faults": mine}
 
 
@@ -104,11 +116,33 @@ class _Child:
 
 @dataclass
 class _Plan:
-    """What is known so far: each job's outcome (True passed, False failed, None running)."""
+    """What is known so far: each job's outcome (True passed, False failed, None running);
+    once every size is decided alone, the widths the mixed jobs narrow."""
 
     preferred: int
+    mixed_sizes: dict[str, tuple[int, ...]]  # mixed canary label -> the element sizes it touches
     outcomes: dict[Job, bool | None] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
+    widths: dict[int, int] | None = None  # set when the mixed jobs start
+    mixed_done: bool = False
+    mixed_scalar_failed: bool = False
+
+    def record(self, job: Job, ok: bool, canary: str) -> None:
+        self.outcomes[job] = ok
+        if job.size != MIXED:
+            return
+        if ok:
+            self.mixed_done = True
+            return
+        assert self.widths is not None
+        sizes = set(self.mixed_sizes.get(canary, ELEMENT_SIZES))
+        width = min(self.widths[s] for s in sizes)
+        if width == 1:  # scalar code of mixed sizes failed: nothing narrower to try
+            self.mixed_done = self.mixed_scalar_failed = True
+            return
+        for s in sizes:  # the sizes that set the block's width go narrower
+            if self.widths[s] == width:
+                self.widths[s] = width // 2
 
     def width_of(self, size: int) -> int | None:
         """The size's qualified width once it is decided, else None; 0 when even scalar code failed."""
@@ -123,6 +157,13 @@ class _Plan:
     def next_job(self, speculate: bool) -> Job | None:
         """A job that is needed now (every wider width failed), or with `speculate` one
         that may be needed (the next narrower width of a size still being decided)."""
+        if not self.mixed_done and all(self.width_of(s) is not None for s in ELEMENT_SIZES):
+            if self.widths is None:
+                self.widths = {s: max(1, self.width_of(s) or 1) for s in ELEMENT_SIZES}
+            attempt = sum(1 for j in self.outcomes if j.size == MIXED)
+            running = any(j.size == MIXED and v is None for j, v in self.outcomes.items())
+            if not running:
+                return Job(MIXED, attempt, tuple(self.widths[s] for s in ELEMENT_SIZES))
         # The long chains first (4 and 8 bytes may need three widths in turn), then the rest.
         for size in (4, 8, COMMON, 1, 2):
             if size == COMMON:
@@ -145,8 +186,7 @@ class _Plan:
         return None
 
     def done(self) -> bool:
-        return self.outcomes.get(Job(COMMON, 1)) is not None and all(
-            self.width_of(s) is not None for s in ELEMENT_SIZES)
+        return self.outcomes.get(Job(COMMON, 1)) is not None and self.mixed_done
 
 
 def qualify(
@@ -160,19 +200,21 @@ def qualify(
     `faults` injects failures for tests: {"4x16/elementwise-float32": "abort"} (or
     "wrong", "build", "hang"); "common/<canary>" for the common job."""
     start = time.perf_counter()
-    plan = _Plan(info.vector_width)
+    from .canaries import mixed_canaries
+
+    plan = _Plan(info.vector_width, {c.label: c.sizes for c in mixed_canaries(info.fp64)})
     workers = workers or min(4, max(1, os.cpu_count() or 1))
     with tempfile.TemporaryDirectory(prefix="fusion-qualify-") as scratch:
         children = _schedule(info, plan, dict(faults or {}), timeout or _env_timeout(), workers, Path(scratch))
-    widths = {s: plan.width_of(s) for s in ELEMENT_SIZES}
+    alone = {s: plan.width_of(s) for s in ELEMENT_SIZES}
     return Verdict(
         device=info.label,
         driver=driver_of(info),
-        widths={s: max(1, w or 1) for s, w in widths.items()},
+        widths=dict(plan.widths or {s: 1 for s in ELEMENT_SIZES}),
         preferred={s: info.vector_width for s in ELEMENT_SIZES},
         failures=plan.failures,
         common_ok=plan.outcomes.get(Job(COMMON, 1)) is True,
-        scalar_ok=all(w for w in widths.values()),
+        scalar_ok=all(alone.values()) and not plan.mixed_scalar_failed,
         seconds=round(time.perf_counter() - start, 2),
         children=children,
         measured=now(),
@@ -236,7 +278,7 @@ def _schedule(info: DeviceInfo, plan: _Plan, faults: dict[str, str], timeout: fl
             return
         if failure is not None:
             plan.failures.append(failure)
-        plan.outcomes[job] = ok
+        plan.record(job, ok, child.canary)
         log.debug("qualification job %s %s in %.2f s", job.label, "passed" if ok else "failed",
                   time.monotonic() - child.started)
 
@@ -291,6 +333,7 @@ def _schedule(info: DeviceInfo, plan: _Plan, faults: dict[str, str], timeout: fl
                 child.canary = message["canary"]
                 child.deadline = time.monotonic() + timeout
             elif event == "fail":
+                child.canary = message["canary"]
                 plan.failures.append(Failure(child.job.label, message["canary"], message["how"], message["detail"]))
             elif event == "done":
                 finish(child, bool(message["ok"]))
@@ -307,7 +350,7 @@ def _schedule(info: DeviceInfo, plan: _Plan, faults: dict[str, str], timeout: fl
 
 
 def _relevant(failure: Failure, decided: dict[int, int | None]) -> bool:
-    if failure.job == "common" or "-byte x " not in failure.job:
+    if not failure.job[0].isdigit():  # common, mixed
         return True
     size, width = (int(part) for part in failure.job.replace("-byte x ", " ").split())
     return width > (decided.get(size) or 0)

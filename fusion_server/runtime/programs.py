@@ -88,6 +88,10 @@ class ProgramCache:
     def get(self, key: Hashable) -> BuiltKernel | None:
         return self._kernels.get(key)
 
+    def keys(self) -> list[Hashable]:
+        """The specialization keys built so far."""
+        return list(self._kernels)
+
     def wait_idle(self) -> None:
         """Return once no build is in flight (used at exit, before the driver goes away)."""
         with self._lock:

@@ -45,7 +45,7 @@ class VectorWidths(NamedTuple):
 
     def for_dtypes(self, dtypes: Iterable[np.dtype]) -> int:
         """The width of a kernel over values of `dtypes`: the narrowest of their sizes."""
-        width = 16
+        width = max(self)
         for d in dtypes:
             w = self.of_size(d.itemsize)
             if w < width:
