@@ -68,11 +68,15 @@ def test_injected_faults_narrow_the_width_and_the_parent_carries_on(info):
 def test_a_block_over_two_sizes_that_fails_narrows_the_width_that_set_its_own(info):
     """After each size is decided alone, blocks over two sizes run at the narrower one's
     width; one that fails halves that width (only that one), and the blocks run again."""
-    alone = qualification.verdict_for(info).widths
+    real = qualification.verdict_for(info)
+    if any(f.job.startswith("mixed") for f in real.failures):
+        pytest.skip("mixed blocks narrowed this device already: its widths alone are not known here")
+    alone = real.widths
     w4, w8 = alone[4], alone[8]
     if min(w4, w8) < 2:
         pytest.skip("scalar code: nothing to narrow")
-    verdict = runner.qualify(info, faults={"mixed-0/casts-4-8-byte-int32": "wrong"})
+    first = "mixed@" + ".".join(str(alone[s]) for s in SIZES)
+    verdict = runner.qualify(info, faults={f"{first}/casts-4-8-byte-int32": "wrong"})
     narrowed = dict(alone)
     for s in (1, 4, 8):  # the canary's block touches bools, 4- and 8-byte elements
         if alone[s] == min(alone[1], w4, w8):
@@ -393,3 +397,45 @@ def test_a_widening_sum_keeps_its_inputs_width_with_several_accumulators(narrowe
         split = [k for k in server.runtime.programs.keys() if isinstance(k, ReduceSpec) and k.kind == "sum"
                  and k.width == widths.w4 and k.acc_width == widths.w8]
         assert split, "no sum read at the 4-byte width into narrower accumulators"
+
+
+def test_the_plan_runs_the_mixed_job_ahead_and_narrows_after_a_failure():
+    """The scheduling alone, with no device: sizes decided in turn, the mixed job run
+    ahead at the widths every size gets if its running job passes, and a failing mixed
+    block halving the width that set its own."""
+    plan = runner._Plan(16, {"casts-4-8-byte-int32": (1, 4, 8)})
+    first = []
+    for _ in range(5):
+        first.append(plan.next_job(False))
+        plan.start(first[-1])
+    assert [j.name for j in first] == ["4x16", "8x16", "common", "1x16", "2x16"]
+    ahead = plan.next_job(True)
+    assert ahead.name == "mixed@16.16.16.16"
+    plan.start(ahead)
+    for job in first:
+        plan.record(job, True, "")
+    assert plan.next_job(True) is None and not plan.done()  # the mixed job ahead is still running
+    plan.record(ahead, False, "casts-4-8-byte-int32")
+    assert plan.widths == {1: 8, 2: 16, 4: 8, 8: 8}
+    again = plan.next_job(False)
+    assert again.name == "mixed@8.16.8.8"
+    plan.start(again)
+    plan.record(again, True, "")
+    assert plan.done()
+
+
+def test_a_size_that_fails_takes_the_next_width_and_a_guess_runs_ahead():
+    plan = runner._Plan(16, {})
+    four = plan.next_job(False)
+    plan.start(four)
+    plan.record(four, False, "elementwise-int32")
+    assert plan.next_job(False).name == "4x8"
+    plan.start(plan.next_job(False))
+    assert plan.next_job(False).name == "8x16"  # needed before any guess
+    guess = plan.next_job(True)  # what the widths will be if the running jobs pass
+    assert guess.name == "mixed@16.16.8.16"
+    plan.start(guess)
+    assert plan.next_job(True).name == "4x4"  # a guess: 4x8 may fail too
+    assert plan.width_of(4) is None
+    plan.record(runner.Job(4, 8), True, "")
+    assert plan.width_of(4) == 8

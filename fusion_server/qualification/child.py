@@ -6,8 +6,8 @@ aborts or hangs inside a canary, the parent sees which one from the last "start"
 The child stops a job at its first failing canary and takes the next job.
 
 Faults can be injected for tests: {"<job>/<canary label>": "abort" | "wrong" | "build" |
-"hang"} in the job, where <job> is "4x16" (element size x width), "common", or "mixed-0"
-(the first mixed job; each narrowing runs another).
+"hang"} in the job, where <job> is "4x16" (element size x width), "common", or
+"mixed@16.16.8.4" (the mixed job at those widths of 1-, 2-, 4- and 8-byte elements).
 """
 
 from __future__ import annotations

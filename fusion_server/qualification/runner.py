@@ -49,7 +49,9 @@ class Job:
     def name(self) -> str:
         if self.size == COMMON:
             return "common"
-        return f"mixed-{self.width}" if self.size == MIXED else f"{self.size}x{self.width}"
+        if self.size == MIXED:
+            return "mixed@" + ".".join(map(str, self.widths))
+        return f"{self.size}x{self.width}"
 
     @property
     def label(self) -> str:
@@ -123,26 +125,52 @@ class _Plan:
     mixed_sizes: dict[str, tuple[int, ...]]  # mixed canary label -> the element sizes it touches
     outcomes: dict[Job, bool | None] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
-    widths: dict[int, int] | None = None  # set when the mixed jobs start
+    widths: dict[int, int] | None = None  # set once every size is decided alone; mixed jobs narrow it
+    mixed: dict[tuple[int, ...], tuple[bool, str] | None] = field(default_factory=dict)  # widths -> result
     mixed_done: bool = False
     mixed_scalar_failed: bool = False
 
+    def start(self, job: Job) -> None:
+        self.outcomes[job] = None
+        if job.size == MIXED:
+            self.mixed[job.widths] = None
+
     def record(self, job: Job, ok: bool, canary: str) -> None:
         self.outcomes[job] = ok
-        if job.size != MIXED:
+        if job.size == MIXED:
+            self.mixed[job.widths] = (ok, canary)
+        self._settle()
+
+    def _settle(self) -> None:
+        """Apply the mixed results found for the current widths (narrowing after a
+        failure, until a result is missing or the widths pass)."""
+        if self.mixed_done or not self._decided():
             return
-        if ok:
-            self.mixed_done = True
-            return
+        if self.widths is None:
+            self.widths = {s: max(1, self.width_of(s) or 1) for s in ELEMENT_SIZES}
+        while True:
+            result = self.mixed.get(self._key())
+            if result is None:
+                return
+            ok, canary = result
+            if ok:
+                self.mixed_done = True
+                return
+            sizes = set(self.mixed_sizes.get(canary, ELEMENT_SIZES))
+            width = min(self.widths[s] for s in sizes)
+            if width == 1:  # scalar code of mixed sizes failed: nothing narrower to try
+                self.mixed_done = self.mixed_scalar_failed = True
+                return
+            for s in sizes:  # the sizes that set the block's width go narrower
+                if self.widths[s] == width:
+                    self.widths[s] = width // 2
+
+    def _decided(self) -> bool:
+        return all(self.width_of(s) is not None for s in ELEMENT_SIZES)
+
+    def _key(self) -> tuple[int, ...]:
         assert self.widths is not None
-        sizes = set(self.mixed_sizes.get(canary, ELEMENT_SIZES))
-        width = min(self.widths[s] for s in sizes)
-        if width == 1:  # scalar code of mixed sizes failed: nothing narrower to try
-            self.mixed_done = self.mixed_scalar_failed = True
-            return
-        for s in sizes:  # the sizes that set the block's width go narrower
-            if self.widths[s] == width:
-                self.widths[s] = width // 2
+        return tuple(self.widths[s] for s in ELEMENT_SIZES)
 
     def width_of(self, size: int) -> int | None:
         """The size's qualified width once it is decided, else None; 0 when even scalar code failed."""
@@ -154,16 +182,23 @@ class _Plan:
                 return None
         return 0
 
+    def _guess(self) -> tuple[int, ...]:
+        """The widths every size would get if its widest width not yet failed passes."""
+        out = []
+        for size in ELEMENT_SIZES:
+            out.append(next((w for w in candidates(self.preferred)
+                             if self.outcomes.get(Job(size, w), "untried") is not False), 1))
+        return tuple(out)
+
     def next_job(self, speculate: bool) -> Job | None:
         """A job that is needed now (every wider width failed), or with `speculate` one
-        that may be needed (the next narrower width of a size still being decided)."""
-        if not self.mixed_done and all(self.width_of(s) is not None for s in ELEMENT_SIZES):
-            if self.widths is None:
-                self.widths = {s: max(1, self.width_of(s) or 1) for s in ELEMENT_SIZES}
-            attempt = sum(1 for j in self.outcomes if j.size == MIXED)
-            running = any(j.size == MIXED and v is None for j, v in self.outcomes.items())
-            if not running:
-                return Job(MIXED, attempt, tuple(self.widths[s] for s in ELEMENT_SIZES))
+        that may be needed (a narrower width of a size still being decided; the mixed
+        job at the widths every size gets if its running job passes)."""
+        self._settle()
+        if not self.mixed_done and self.widths is not None and self._key() not in self.mixed:
+            return Job(MIXED, len(self.mixed), self._key())
+        if speculate and self.widths is None and self._guess() not in self.mixed:
+            return Job(MIXED, len(self.mixed), self._guess())  # (the one guess a machine that passes needs)
         # The long chains first (4 and 8 bytes may need three widths in turn), then the rest.
         for size in (4, 8, COMMON, 1, 2):
             if size == COMMON:
@@ -198,7 +233,8 @@ def qualify(
     """Run the canary set for `info` in child processes and return the verdict.
 
     `faults` injects failures for tests: {"4x16/elementwise-float32": "abort"} (or
-    "wrong", "build", "hang"); "common/<canary>" for the common job."""
+    "wrong", "build", "hang"); "common/<canary>" for the common job, and
+    "mixed@16.16.8.4/<canary>" for the mixed job at those widths (1-, 2-, 4-, 8-byte)."""
     start = time.perf_counter()
     from .canaries import mixed_canaries
 
@@ -290,13 +326,13 @@ def _schedule(info: DeviceInfo, plan: _Plan, faults: dict[str, str], timeout: fl
                     job = plan.next_job(speculate)
                     if job is None:
                         break
-                    plan.outcomes[job] = None
+                    plan.start(job)
                     child.send(job, faults, timeout)
                 while len(live) < workers:
                     job = plan.next_job(speculate)
                     if job is None:
                         break
-                    plan.outcomes[job] = None
+                    plan.start(job)
                     child = _start(info, len(everyone) + 1, scratch, events)
                     everyone.append(child)
                     live.append(child)
