@@ -72,9 +72,10 @@ def from_cl(array: cla.Array, device=None) -> Tensor:
             f"reaches bytes [{lo * itemsize}, {hi * itemsize}) outside its buffer of {buffer.size} bytes"
         )
     ir = F._new(client, shape, dtype)
-    client.call(lambda server: server.adopt(ir, buffer, buffer.size, strides, offset))
     contiguous = offset == 0 and strides == F.contiguous_strides(shape)
-    return Tensor._make(client, ir.id, shape, dtype, None if contiguous else strides, offset)
+    t = Tensor._make(client, ir.id, shape, dtype, None if contiguous else strides, offset)
+    client.call(lambda server: server.adopt(ir, buffer, buffer.size, strides, offset))
+    return t
 
 
 __all__ = ["from_cl", "resolve"]

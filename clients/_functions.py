@@ -21,6 +21,7 @@ from fusion_server.ir import ElementwiseOp, Scalar, TensorIr, ViewOp, contiguous
 
 from .client import FusionClient
 from .devices import Device, client_for
+from .tensor import DropRef as _DropRef
 from .tensor import Tensor
 
 _ids = itertools.count(1)
@@ -56,6 +57,9 @@ def _result(client: FusionClient, tid: int, shape: tuple[int, ...], dtype: np.dt
     t.dtype = dtype
     t._strides = None
     t._offset = 0
+    ref = _DropRef(t, client.drops.append)  # (tensor.track, inlined)
+    ref.tid = tid
+    client.server.handle_refs[tid] = ref
     return t
 
 
@@ -165,8 +169,9 @@ def _elementwise(name: str, args: Sequence[Any], dtype: np.dtype, compute: np.dt
                  out_dtype: np.dtype, client: FusionClient, shape: tuple[int, ...]) -> Tensor:
     operands = tuple(_operand(a, dtype) for a in args)
     out = _new(client, shape, out_dtype)
+    t = Tensor._make(client, out.id, shape, out_dtype)  # (before the op: see FusionClient.register)
     client.register(ElementwiseOp(name, operands, compute, out))
-    return Tensor._make(client, out.id, shape, out_dtype)
+    return t
 
 
 # -- element-wise ---------------------------------------------------------------------------
@@ -198,8 +203,9 @@ def binary(name: str, a: Any, b: Any) -> Tensor:
             out = _tuple_new(TensorIr, (next(_ids), shape, out_dtype))
         else:
             out = _new(client, shape, out_dtype)
+        t = _result(client, out.id, shape, out_dtype)
         client.register(_tuple_new(ElementwiseOp, (name, (a._id, b._id), compute, out, None, ())))
-        return _result(client, out.id, shape, out_dtype)
+        return t
     if tb and not ta and type(a) in _PY_SCALARS:  # `1.0 - x`: the same, operands swapped
         return _tensor_scalar(name, b, a, True)
     if ta and type(b) in _PY_SCALARS:  # the common `x * 2.0`
@@ -248,8 +254,9 @@ def _tensor_scalar(name: str, a: Tensor, b: bool | int | float, swapped: bool) -
     # tuple.__new__ builds the descriptors without the named tuples' Python-level __new__.
     scalar = _tuple_new(Scalar, (value, dtype))
     operands = (scalar, a._id) if swapped else (a._id, scalar)
+    t = _result(client, out.id, shape, out_dtype)
     client.register(_tuple_new(ElementwiseOp, (name, operands, compute, out, None, ())))
-    return _result(client, out.id, shape, out_dtype)
+    return t
 
 
 def unary(name: str, x: Any) -> Tensor:
@@ -262,8 +269,9 @@ def unary(name: str, x: Any) -> Tensor:
         out = _tuple_new(TensorIr, (next(_ids), x.shape, out_dtype))
     else:
         out = _new(client, x.shape, out_dtype)
+    t = _result(client, out.id, x.shape, out_dtype)
     client.register(_tuple_new(ElementwiseOp, (name, (x._id,), compute, out, None, ())))
-    return _result(client, out.id, x.shape, out_dtype)
+    return t
 
 
 def _unary_fn(name: str):
@@ -294,8 +302,9 @@ def where(condition: Any, x1: Any, x2: Any) -> Tensor:
     shape = broadcast_shapes(condition.shape, *(v.shape for v in vals if type(v) is Tensor))
     operands = (condition._id,) + tuple(_operand(v, dtype) for v in vals)
     out = _new(client, shape, dtype)
+    t = Tensor._make(client, out.id, shape, dtype)
     client.register(ElementwiseOp("where", operands, dtype, out))
-    return Tensor._make(client, out.id, shape, dtype)
+    return t
 
 
 def clip(x: Any, min: Any = None, max: Any = None) -> Tensor:
@@ -319,8 +328,9 @@ def astype(x: Tensor, dtype: Any, copy: bool = True) -> Tensor:
         return x
     client = x._client
     out = _new(client, x.shape, target)
+    t = Tensor._make(client, out.id, x.shape, target)
     client.register(ElementwiseOp("cast", (x._id,), target, out))
-    return Tensor._make(client, out.id, x.shape, target)
+    return t
 
 
 # -- creation -------------------------------------------------------------------------------
@@ -353,8 +363,9 @@ def asarray(obj: Any, dtype: Any = None, device: Any = None, copy: bool | None =
         raise TypeError(f"cannot make a {target.name} tensor from {type(obj).__name__}: {exc}") from exc
     shape = tuple(int(d) for d in host.shape)
     ir = _new(client, shape, target)
+    t = Tensor._make(client, ir.id, shape, target)
     client.upload(ir, host)
-    return Tensor._make(client, ir.id, shape, target)
+    return t
 
 
 def _default_dtype(source: np.dtype) -> np.dtype:
@@ -395,8 +406,9 @@ def full(shape: Any, fill_value: Any, dtype: Any = None, device: Any = None) -> 
     target = dt.normalize(dtype) if dtype is not None else _scalar_dtype(fill_value)
     out = _new(client, shape, target)
     value = Scalar(dt.scalar_value(fill_value, target), target)
+    t = Tensor._make(client, out.id, shape, target)
     client.register(ElementwiseOp("fill", (value,), target, out))
-    return Tensor._make(client, out.id, shape, target)
+    return t
 
 
 def zeros(shape: Any, dtype: Any = None, device: Any = None) -> Tensor:
@@ -438,8 +450,9 @@ def flat_index(shape: Any, dtype: Any = None, device: Any = None) -> Tensor:
     target = dt.normalize(dtype) if dtype is not None else dt.int64
     client = _device_client(device)
     out = _new(client, shape, target)
+    t = Tensor._make(client, out.id, shape, target)
     client.register(ElementwiseOp("iota", (), target, out))
-    return Tensor._make(client, out.id, shape, target)
+    return t
 
 
 def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None, device: Any = None) -> Tensor:
@@ -464,9 +477,10 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None, devic
 def _view(x: Tensor, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> Tensor:
     client = x._client
     out = TensorIr(next(_ids), shape, x.dtype)
-    client.view(ViewOp(x._id, out, strides, offset))
     contiguous = offset == 0 and strides == contiguous_strides(shape)
-    return Tensor._make(client, out.id, shape, x.dtype, None if contiguous else strides, offset)
+    t = Tensor._make(client, out.id, shape, x.dtype, None if contiguous else strides, offset)
+    client.view(ViewOp(x._id, out, strides, offset))
+    return t
 
 
 def _axis(axis: int, ndim: int) -> int:

@@ -24,7 +24,7 @@ from fusion_server.ir import contiguous_strides
 from fusion_server.runtime.programs import build_kernel
 
 from . import _functions as F
-from .tensor import Tensor
+from .tensor import Tensor, swap_ids
 
 _PY_SCALARS = (bool, int, float)
 
@@ -409,7 +409,7 @@ def setitem(x: Tensor, key: Any, value: Any) -> None:
 
 def _rebind(x: Tensor, new: Tensor) -> None:
     """Point handle x at new's value; `new` takes x's old id, which is dropped with it."""
-    x._id, new._id = new._id, x._id
+    swap_ids(x, new)
     x._strides, new._strides = new._strides, x._strides
     x._offset, new._offset = new._offset, x._offset
 

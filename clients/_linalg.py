@@ -35,8 +35,8 @@ def matmul(x1: Any, x2: Any) -> Tensor:
     batch = F.broadcast_shapes(va.shape[:-2], vb.shape[:-2])
     shape = batch + (va.shape[-2], vb.shape[-1])
     out = F._new(client, shape, dtype)
-    client.register(MatmulOp(va._id, vb._id, dtype, out))
     result = Tensor._make(client, out.id, shape, dtype)
+    client.register(MatmulOp(va._id, vb._id, dtype, out))
     if a.ndim == 1:
         result = F.squeeze(result, -2)
     if b.ndim == 1:

@@ -78,8 +78,9 @@ def _reduce(name: str, x: Any, axis: Any, keepdims: bool, dtype: Any = None) -> 
         out_dtype = x.dtype
     shape = _out_shape(x, axes, keepdims)
     out = F._new(client, shape, out_dtype)
+    t = Tensor._make(client, out.id, shape, out_dtype)
     client.register(ReduceOp(name, x._id, axes, acc, out))
-    return Tensor._make(client, out.id, shape, out_dtype)
+    return t
 
 
 def sum(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001

@@ -82,8 +82,8 @@ def _sorted(name: str, x: Any, axis: Any, descending: Any, stable: Any) -> Tenso
     client = rows._client
     dtype = rows.dtype if name == "sort" else dt.int64
     out = F._new(client, rows.shape, dtype)
-    client.register(SortOp(name, rows._id, descending, (out,)))
     result = Tensor._make(client, out.id, rows.shape, dtype)
+    client.register(SortOp(name, rows._id, descending, (out,)))
     if axis == x.ndim - 1:
         return result
     back = [0] * x.ndim

@@ -4,9 +4,10 @@ Lock discipline (the rules every locked section follows):
 
 1. A locked section only enqueues (kernels, copies, markers). It never waits for the
    device: `read` and `sync` release the lock first and wait after (invariant 1).
-2. `Tensor.__del__` never takes the lock: it pushes the id onto `drops`, a deque, and the
-   next locked section, on any thread, drains it first (invariant 2). The garbage
-   collector may run a `__del__` inside a locked section; that only appends to the deque.
+2. A dropped handle never takes the lock: its weak reference's callback (a deque's
+   `append`, see tensor.DropRef) pushes it onto `drops`, and the next locked section, on
+   any thread, drains it first (invariant 2). The garbage collector may drop a handle
+   inside a locked section; that only appends to the deque.
 3. The lock is not re-entrant, and re-entry is detected: code running under the lock
    (a custom launch function, a fuser) that calls back into the client gets a
    ReentrancyError instead of a deadlock (invariant 3).
@@ -78,9 +79,15 @@ class FusionClient:
         _live_clients.add(self)
 
     # -- the lock ---------------------------------------------------------------------
-    def _enter(self) -> None:
-        me = _get_ident()
-        if self._owner == me:
+    # Every locked section is `with self._lock:` with the owner set inside it and cleared
+    # in its `finally`: acquiring and entering the block, and clearing and releasing, are
+    # not split by an interrupt (a signal handler's exception is raised between byte
+    # codes, and the lock is taken and given back by the `with` itself). Any exception
+    # other than the library's own errors that leaves a section, KeyboardInterrupt and
+    # SystemExit included, first lets the server recover (`_recover`).
+    def _check(self, me: int) -> None:
+        """Raise instead of entering: re-entry from under the lock, after exit, after fork."""
+        if self._owner == me and self._lock.locked():
             raise ReentrancyError(
                 "fusion_server was called from code running under its own lock (a custom "
                 "launch function or fuser); enqueue work on the given queue instead"
@@ -94,21 +101,15 @@ class FusionClient:
                 "this device's client was created in another process; fusion_server "
                 "cannot be used after fork (use the 'spawn' start method)"
             )
-        self._lock.acquire()
-        self._owner = me
-        if self.drops or self.server.ended_streams or self.unpins:
-            try:
-                self._drain()
-            except BaseException:
-                self._exit()
-                raise
 
     def _drain(self) -> None:
         """Apply what arrived without the lock: drops, unpins, ended threads' streams."""
         server = self.server
         server.drain_drops()
-        while self.unpins:
-            server.unpin(self.unpins.popleft())
+        unpins = self.unpins
+        while unpins:
+            server.unpin(unpins[0])  # (popped once applied: an interrupt loses none)
+            unpins.popleft()
         if server.ended_streams:
             # Rare and off every hot path: build under the lock rather than leave it queued.
             server.compile_under_lock = True
@@ -117,10 +118,19 @@ class FusionClient:
             finally:
                 server.compile_under_lock = False
 
-    def _exit(self) -> None:
-        self._owner = None
-        self._lock.release()
-
+    def _recover(self, exc: BaseException) -> None:
+        """Leave the server consistent after `exc` interrupted a locked section (the
+        library's own errors are raised where nothing is half done)."""
+        if isinstance(exc, FusionError):
+            return
+        for _ in range(1000):
+            try:
+                self.server.recover(exc)
+                return
+            except Exception:
+                raise  # a bug in the repair itself: never hide it
+            except BaseException:  # interrupted again while repairing: repair from the start
+                continue
     def close_at_exit(self) -> None:
         """Stop taking work, let builds in flight finish, wait for the device, and keep the
         lock: threads still running block on it instead of entering the driver."""
@@ -149,22 +159,32 @@ class FusionClient:
         lock is released, the kernel is built, and `fn` runs again: every server entry
         point resumes where it stopped.
         """
+        me = _get_ident()
         while True:
-            self._enter()
-            try:
-                return fn(self.server, *args)
-            except NeedsCompile as need:
-                job = need.job
-            finally:
-                self._exit()
+            self._check(me)
+            with self._lock:
+                self._owner = me
+                try:
+                    if self.drops or self.server.ended_streams or self.unpins:
+                        self._drain()
+                    return fn(self.server, *args)
+                except NeedsCompile as need:
+                    job = need.job
+                except BaseException as exc:
+                    self._recover(exc)
+                    raise
+                finally:
+                    self._owner = None
             job.run()  # outside the lock: other threads keep working meanwhile
 
     # -- the operations -----------------------------------------------------------------
     def register(self, op: OperationIr) -> None:
-        # The hot path: `_enter` / `_exit` inlined.
-        me = _get_ident()
+        """Queue `op`. Its output handles exist before this is called, so that an
+        interrupt anywhere from here on drops them (a half-registered op is then
+        released instead of kept forever)."""
+        me = _get_ident()  # the hot path: `call`, spelled out
         if self._owner == me or self._forked or self._closed:
-            self._enter()  # raises the right error
+            self._check(me)
         with self._lock:
             self._owner = me
             try:
@@ -177,6 +197,9 @@ class FusionClient:
                 return
             except NeedsCompile as need:
                 job = need.job
+            except BaseException as exc:
+                self._recover(exc)
+                raise
             finally:
                 self._owner = None
         job.run()

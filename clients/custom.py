@@ -140,8 +140,9 @@ def elementwise(
             Scalar(dt.scalar_value(values[p], compute), compute) for p in params
         )
         out = F._new(cl_client, shape, result)
+        t = Tensor._make(cl_client, out.id, shape, result)
         cl_client.register(ElementwiseOp(op_name, operands, compute, out, code, names))
-        return Tensor._make(cl_client, out.id, shape, result)
+        return t
 
     apply.__name__ = name
     apply.__doc__ = f"Custom element-wise op {name}: {expr} over {inputs + params}."
@@ -178,8 +179,8 @@ def kernel(
             shape = F._shape_arg(shape)
             irs.append(F._new(client, shape, dt.normalize(dtype)))
         op = CustomKernelOp(name, tuple(t._id for t in ts), tuple(irs), launch, tuple(sorted(params.items())))
-        client.register(op)
         made = tuple(Tensor._make(client, ir.id, ir.shape, ir.dtype) for ir in irs)
+        client.register(op)
         return made[0] if len(made) == 1 else made
 
     apply.__name__ = name

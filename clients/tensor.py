@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -9,6 +10,32 @@ import numpy as np
 from fusion_server.ir import contiguous_strides
 
 from .client import FusionClient
+
+
+class DropRef(weakref.ref):
+    """Tells the server when a handle is gone: its callback is the client's drop inbox's
+    `append` (a C function, so no interrupt can fall between the handle's death and the
+    id reaching the inbox, as one could at the start of a Python `__del__`). The server
+    keeps every ref alive (`handle_refs`) until the id is drained, so the callback runs
+    for handles collected as cyclic garbage too."""
+
+    __slots__ = ("tid",)
+
+
+def track(t: Tensor, client: FusionClient, tid: int) -> None:
+    """Register the handle `t` of tensor `tid` with the client's drop inbox."""
+    ref = DropRef(t, client.drops.append)
+    ref.tid = tid
+    client.server.handle_refs[tid] = ref
+
+
+def swap_ids(a: Tensor, b: Tensor) -> None:
+    """Exchange the tensor ids of two live handles (their drop refs follow)."""
+    refs = a._client.server.handle_refs
+    ra, rb = refs[a._id], refs[b._id]
+    a._id, b._id = b._id, a._id
+    ra.tid, rb.tid = a._id, b._id
+    refs[a._id], refs[b._id] = ra, rb
 
 
 class Tensor:
@@ -43,14 +70,8 @@ class Tensor:
         t.dtype = dtype
         t._strides = strides  # None: C-contiguous from offset 0
         t._offset = offset
+        track(t, client, tid)
         return t
-
-    def __del__(self) -> None:
-        # Never take the lock here (invariant 2): the id goes to the drop inbox.
-        try:
-            self._client.drops.append(self._id)
-        except Exception:  # interpreter shutdown: nothing left to free
-            pass
 
     # -- layout -----------------------------------------------------------------------
     @property

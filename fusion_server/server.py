@@ -104,6 +104,16 @@ class _ThreadEndMark:
         self.inbox.append(self.stream_id)  # no lock: the next locked section flushes it
 
 
+def detached(exc: BaseException) -> BaseException | None:
+    """A copy of `exc` without its traceback, to keep as a failed value's cause. An
+    interrupt's traceback holds its signal handler's frame and, through it, the whole
+    stack it interrupted: kept, it would keep that stack's tensors alive."""
+    try:
+        return type(exc)(*exc.args)
+    except Exception:  # noqa: BLE001 (an exception type that cannot be rebuilt)
+        return None
+
+
 def _env_int(name: str) -> int | None:
     value = os.environ.get(name, "").strip()
     if not value:
@@ -132,7 +142,10 @@ class FusionServer:
         self.handles = HandleContainer(self.runtime.pool.free)
         # Ids of dropped tensors, pushed without the lock (Tensor.__del__). Registering does
         # not drain them; running a block, and every other locked call, does first.
-        self.drops: deque[int] = deque()
+        self.drops: deque = deque()  # ids, or refs with a `.tid` (see handle_refs)
+        # Weak references to the client's handles, by tensor id: when a handle dies, its
+        # ref's callback appends the ref to `drops`. Kept here until then.
+        self.handle_refs: dict[int, object] = {}
         self.streams: dict[int, Stream] = {}
         self.mode = mode or os.environ.get("FUSION_MODE", "lazy").strip() or "lazy"
         if self.mode not in MODES:
@@ -159,6 +172,8 @@ class FusionServer:
         self.ended_streams: deque[int] = deque()  # filled by _ThreadEndMark, without the lock
         self.recorders: list[Recorder] = []
         self.block_note = ""  # set by the stream for the block being launched (inspect() only)
+        self.in_flight: Plan | None = None  # the block being run, until its stream has dropped its ops
+        self.pinned: set[Storage] = set()  # storages whose buffers resolved arrays hold
         self.counters = {
             "ops_registered": 0,
             "kernels_launched": 0,
@@ -273,12 +288,18 @@ class FusionServer:
         drops = self.drops
         entries = self.handles.entries
         release = self.handles.maybe_release
+        refs = self.handle_refs
         while drops:  # handles.drop, inlined: this runs for every op's dead value
-            entry = entries.get(drops.popleft())
+            tid = drops[0]
+            if type(tid) is not int:
+                tid = tid.tid
+                refs.pop(tid, None)
+            entry = entries.get(tid)
             if entry is not None and entry.alive:
                 entry.alive = False
                 if not entry.readers:  # (most dropped values still have a queued reader)
                     release(entry)
+            drops.popleft()  # only once applied (applying twice is harmless): none is lost
 
     def upload(self, ir: TensorIr, host: np.ndarray) -> None:
         """A tensor holding a copy of `host` (C-contiguous, ir's dtype); never waits."""
@@ -304,27 +325,100 @@ class FusionServer:
 
     # -- running blocks ---------------------------------------------------------------
     def run_plan(self, plan: Plan) -> None:
-        """Execute a plan, then retire its ops. NeedsCompile passes through untouched."""
+        """Execute a plan, then retire its ops. NeedsCompile passes through untouched.
+
+        Whatever the block raises fails only its outputs (invariant 6), KeyboardInterrupt
+        and SystemExit from a launch function too: those are raised again once the block
+        is retired, and the stream drops the block either way, so it never runs again."""
         if self.drops:  # which values are still alive decides what the block writes
             self.drain_drops()
+        self.in_flight = plan  # until the stream has dropped its ops (see recover)
         try:
             plan.execute(self)
         except (NeedsCompile, PlanRejected):
+            self.in_flight = None
             raise  # nothing has changed: the caller builds the kernel and resumes, or explores
-        except Exception as exc:  # whatever failed, only this block's outputs carry it
+        except BaseException as exc:  # whatever failed, only this block's outputs carry it
             log.debug("block failed: %r", exc)
-            err = exc if isinstance(exc, FusionError) else TensorFailedError(
-                f"block ({', '.join(getattr(o, 'name', '?') for o in plan.ops)}) failed: {exc}"
-            )
-            if err is not exc:
-                err.__cause__ = exc
-            self.fail_storages(
-                [self.handles.entries[o.id].storage for op in plan.ops for o in outputs_of(op)
-                 if o.id in self.handles.entries],
-                err,
-            )
+            self._fail_block(plan, exc)
+            self.counters["blocks"] += 1
+            self.retire(plan.ops)
+            if not isinstance(exc, Exception):
+                raise  # an interrupt or an exit: acted on once, after the block is settled
+            return
         self.counters["blocks"] += 1
         self.retire(plan.ops)
+
+    def _fail_block(self, plan: Plan, exc: BaseException) -> None:
+        """Fail every output of `plan` still to be written, with `exc` as the cause."""
+        names = ", ".join(getattr(o, "name", "?") for o in plan.ops)
+        if isinstance(exc, FusionError):
+            err = exc
+        elif isinstance(exc, Exception):
+            err = TensorFailedError(f"block ({names}) failed: {exc}")
+        else:
+            err = TensorFailedError(f"block ({names}) was interrupted by {type(exc).__name__}")
+        if err is not exc:
+            err.__cause__ = exc if isinstance(exc, Exception) else detached(exc)
+        entries = self.handles.entries
+        self.fail_storages([entries[o.id].storage for op in plan.ops for o in outputs_of(op)
+                            if o.id in entries and entries[o.id].storage.status != READY], err)
+
+    def recover(self, cause: BaseException) -> None:
+        """Make the bookkeeping consistent again after `cause` interrupted a locked section
+        at any point (a signal handler's exception lands between any two byte codes).
+
+        The queues are the truth: the block in flight, if its stream still holds it, is
+        dropped (it ran or failed, and never runs again), and what it had not written
+        fails; every reader count is counted again from the queued ops; a value still to
+        be written whose writer is in no queue fails; the streams explore their queues
+        afresh; dead values nobody reads are released; buffers the pool handed out that no
+        value holds go back to it. Safe to run again if it is itself interrupted."""
+        entries = self.handles.entries
+        plan = self.in_flight
+        if plan is not None:
+            for stream in self.streams.values():
+                queue = stream.queue
+                if len(queue) >= len(plan.ops) and all(a is b for a, b in zip(queue, plan.ops)):
+                    stream.queue = queue[len(plan.ops):]
+                    break
+            self._fail_block(plan, cause)
+            self.in_flight = None
+        writers: dict[int, int] = {}
+        readers: dict[int, int] = {}
+        for sid, stream in self.streams.items():
+            kept = []
+            for op in stream.queue:
+                ins = tensor_inputs(op)
+                outs = outputs_of(op)
+                if any(t not in entries for t in ins) or any(o.id not in entries for o in outs):
+                    continue  # half registered: its writer below fails what it would have written
+                kept.append(op)
+                for o in outs:
+                    writers[o.id] = sid
+                for t in ins:
+                    readers[t] = readers.get(t, 0) + 1
+            stream.queue = kept
+            stream.restart(self)
+        err = TensorFailedError(f"interrupted by {type(cause).__name__} before this value was computed")
+        err.__cause__ = detached(cause)
+        orphans = []
+        for tid, entry in entries.items():
+            entry.readers = readers.get(tid, 0)
+            st = entry.storage
+            if st.status == PENDING:
+                if st.writer in writers:
+                    st.stream = writers[st.writer]
+                else:
+                    orphans.append(st)
+        if orphans:
+            self.fail_storages(orphans, err)
+        for entry in list(entries.values()):
+            if not entry.alive and not entry.readers:
+                self.handles.maybe_release(entry)
+        held = {id(e.storage.buffer) for e in entries.values() if e.storage.buffer is not None}
+        held |= {id(st.buffer) for st in self.pinned if st.buffer is not None}
+        self.runtime.pool.reconcile(held)
 
     def retire(self, ops: list[OperationIr]) -> None:
         """The ops ran (or failed): drop their reads and settle what they produced."""
@@ -351,11 +445,19 @@ class FusionServer:
                     release(e)
 
     def fail_storages(self, storages: list[Storage], error: BaseException) -> None:
+        """Mark `storages` failed with `error`. A failed value holds its error, not a
+        buffer: one it had goes back to the pool now (the in-order queue runs any kernel
+        already enqueued into it before a later user of the buffer)."""
         self.counters["failed_blocks"] += 1
+        free = self.runtime.pool.free
         for st in storages:
             st.status = FAILED
             st.error = error
             st.stream = None
+            buf = st.buffer
+            if buf is not None and st.owned and not st.pins:
+                st.buffer = None
+                free(buf, st.nbytes)
 
     def mark_ready(self, storages: list[Storage]) -> None:
         for st in storages:
@@ -482,10 +584,13 @@ class FusionServer:
         if entry.storage.buffer is None:  # size 0, or a value nobody else needed yet
             self.allocate(entry.storage)
         entry.storage.pins += 1
+        self.pinned.add(entry.storage)
         return entry
 
     def unpin(self, storage: Storage) -> None:
         storage.pins -= 1
+        if storage.pins <= 0:
+            self.pinned.discard(storage)
         self.handles.release_if_unused(storage)
 
     def sync(self, stream_id: int) -> cl.Event:

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .compiling import NeedsCompile
 from .fusers.base import Fuser, Plan
 from .fusers.elementwise import ElementwiseFuser, ElementwisePlan
 from .ir import OperationIr
@@ -136,7 +137,13 @@ class Stream:
             scores = ", ".join(f"{f.name} {f.score()}" for f in self.fusers)
             server.block_note = f"fuser {chosen} (scores: {scores}); closed: {reason}"
         path = self._path(server, decision.count, flushing) if self.store is not None and not self.rejected else None
-        server.run_plan(plan)  # may raise NeedsCompile: then nothing here has changed
+        try:
+            server.run_plan(plan)  # may raise NeedsCompile: then nothing here has changed
+        except (NeedsCompile, PlanRejected):
+            raise
+        except BaseException:
+            self._ran(server, plan, reason)  # the block is settled (failed): it never runs again
+            raise
         server.counters["explorations"] += 1
         if path is not None:
             self.store.store(path, decision)
@@ -187,6 +194,11 @@ class Stream:
         except PlanRejected:
             self._explore(server, rejected=True)
             return
+        except NeedsCompile:
+            raise
+        except BaseException:
+            self._ran(server, plan, reason)  # the block is settled (failed): it never runs again
+            raise
         server.counters["plan_hits"] += 1
         self._ran(server, plan, reason)
 
@@ -199,6 +211,11 @@ class Stream:
                 self.id, count, ", ".join(getattr(o, "name", type(o).__name__) for o in plan.ops), reason,
             )
         self.queue = self.queue[count:]
+        server.in_flight = None
+        self.restart(server)
+
+    def restart(self, server: FusionServer) -> None:
+        """Explore (or follow the store for) the queue as it is, from its start."""
         self.offered = 0
         for fuser in self.fusers:
             fuser.reset()

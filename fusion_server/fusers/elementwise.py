@@ -212,7 +212,8 @@ class ElementwisePlan:
             return
         in_entries, scalars = bind_slots(ops, recipe.in_slots, recipe.scalar_slots, entries)
         out_entries = [entries[ops[j].out.id] for j in recipe.needed]
-        if fail_on_failed_inputs(server, "element-wise block", recipe.live_ops, in_entries, out_entries):
+        if any(e.storage.status == FAILED for e in in_entries):
+            self._run_around_failures(server, entries)
             return
 
         # Every op has as many elements; inputs read at coordinates are read by ops of one
@@ -304,6 +305,30 @@ class ElementwisePlan:
             args.extend(scalars)
             server.launch(kernel, (n + spec.width - 1) // spec.width, args, "elementwise", recipe.names, bindings)
         server.mark_ready([e.storage for e in out_entries])
+
+
+    def _run_around_failures(self, server: FusionServer, entries: dict) -> None:
+        """Some input failed: fail the values that depend on it, and compute the rest of
+        the block (ops that share a kernel do not share a failure)."""
+        bad = {id(entries[t].storage) for op in self.ops for t in op.inputs
+               if type(t) is int and entries[t].storage.status == FAILED}
+        cause = next(entries[t] for op in self.ops for t in op.inputs
+                     if type(t) is int and id(entries[t].storage) in bad)
+        clean, tainted = [], []
+        for op in self.ops:
+            if any(type(t) is int and id(entries[t].storage) in bad for t in op.inputs):
+                out = entries.get(op.out.id)
+                if out is not None:
+                    bad.add(id(out.storage))
+                    tainted.append(out)
+            else:
+                clean.append(op)
+        err = TensorFailedError(f"element-wise block ({', '.join(op.name for op in self.ops if op not in clean)}) "
+                                f"not run: its input tensor {cause.ir.id} failed: {cause.storage.error}")
+        err.__cause__ = cause.storage.error
+        server.fail_storages([e.storage for e in tainted], err)
+        if clean:
+            ElementwisePlan(clean, self.max_bindings).execute(server)
 
 
 class _Recipe:

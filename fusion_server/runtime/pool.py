@@ -34,7 +34,7 @@ class BufferPool:
         self.exact = exact
         self._free: OrderedDict[int, list[cl.Buffer]] = OrderedDict()
         self.free_bytes = 0
-        self.live = 0  # buffers handed out and not yet returned
+        self._live: dict[int, tuple[cl.Buffer, int]] = {}  # handed out, not yet returned: id -> (buffer, size)
         self.live_bytes = 0
         self.peak_live_bytes = 0
         self.allocations = 0  # real device allocations
@@ -49,7 +49,7 @@ class BufferPool:
             self.reuses += 1
         else:
             buf = self._create(size)
-        self.live += 1
+        self._live[id(buf)] = (buf, size)
         self.live_bytes += size
         self.peak_live_bytes = max(self.peak_live_bytes, self.live_bytes)
         return buf
@@ -71,13 +71,29 @@ class BufferPool:
 
     def free(self, buf: cl.Buffer, nbytes: int) -> None:
         size = max(nbytes, 1) if self.exact else bucket_size(nbytes)
-        self.live -= 1
+        if self._live.pop(id(buf), None) is None:
+            return  # not ours, or returned already (a repair after an interrupt got there first)
         self.live_bytes -= size
         self._free.setdefault(size, []).append(buf)
         self._free.move_to_end(size)
         self.free_bytes += size
         if self.free_bytes > self.max_free_bytes:
             self.trim(self.max_free_bytes)
+
+    @property
+    def live(self) -> int:
+        """Buffers handed out and not yet returned."""
+        return len(self._live)
+
+    def reconcile(self, in_use: set[int]) -> int:
+        """Take back every live buffer whose id is not in `in_use` (lost by an interrupted
+        caller) and recount the byte totals; returns how many came back."""
+        lost = [(buf, size) for key, (buf, size) in self._live.items() if key not in in_use]
+        for buf, size in lost:
+            self.free(buf, size)
+        self.live_bytes = sum(size for _, size in self._live.values())
+        self.free_bytes = sum(size * len(bucket) for size, bucket in self._free.items())
+        return len(lost)
 
     def trim(self, keep_bytes: int) -> None:
         """Release free buffers, least recently used size classes first."""
