@@ -12,6 +12,7 @@ from .codegen import elementwise as cg
 from .codegen import matmul as mg
 from .codegen import reduce as rg
 from .codegen import sort as sg
+from .errors import kept
 from .runtime.programs import ProgramCache
 
 # float32 division and sqrt rounded like numpy's (some drivers default to a few ulp off).
@@ -45,7 +46,7 @@ class CompileJob:
         try:
             self.programs.build_once(spec, gen.generate, BUILD_OPTIONS, gen.arg_dtypes, scalar)
         except Exception as exc:
-            self.programs.failed[spec] = exc
+            self.programs.failed[spec] = kept(exc)  # (kept for good: without its traceback)
 
 
 class NeedsCompile(Exception):  # noqa: N818  (a signal, not an error)

@@ -1,5 +1,9 @@
 """Exceptions the server raises; the client passes them to the user unchanged."""
 
+from __future__ import annotations
+
+import traceback
+
 
 class FusionError(RuntimeError):
     """Base class of the server's errors."""
@@ -23,3 +27,39 @@ class DeviceError(FusionError):
 
 class DroppedTensorError(FusionError):
     """An id that the server no longer knows: the tensor was dropped or belongs elsewhere."""
+
+
+def kept(exc: BaseException | None) -> BaseException | None:
+    """`exc`, fit to be kept as a failed value's cause for as long as the value lives.
+
+    A traceback's frames reach, through each frame's caller, the whole stack that was
+    running when it was raised, and every tensor that stack held: kept, they would keep
+    those tensors (and their buffers) alive. So the traceback is written into a note on
+    the exception (shown when it is printed) and dropped, down the chain of causes. An
+    exception still being raised (an interrupt, an exit) is copied, not changed."""
+    if exc is None:
+        return None
+    if not isinstance(exc, Exception):
+        try:
+            copy = type(exc)(*exc.args)
+        except Exception:  # noqa: BLE001 (an exception type that cannot be rebuilt)
+            return None
+        return copy
+    seen = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        tb = link.__traceback__
+        if tb is not None:
+            where = "".join(traceback.format_tb(tb)).rstrip()
+            if hasattr(link, "add_note"):
+                link.add_note(f"(raised at)\n{where}")
+            else:
+                link.fusion_traceback = where
+            link.__traceback__ = None
+        nxt = link.__cause__ or link.__context__
+        if nxt is not None and not isinstance(nxt, Exception):
+            nxt = kept(nxt)  # a copy: the original may still be on its way up
+        link.__cause__, link.__context__ = nxt, None
+        link = nxt
+    return exc

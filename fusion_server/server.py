@@ -19,8 +19,8 @@ import pyopencl as cl
 from .codegen import elementwise as cg
 from .codegen import expressions as ex
 from .compiling import CompileJob, NeedsCompile
-from .errors import FusionError, TensorFailedError
-from .fusers.base import Fuser, Plan
+from .errors import FusionError, TensorFailedError, kept
+from .fusers.base import Fuser, GuardedFuser, Plan
 from .fusers.custom_kernel import CustomKernelPlan
 from .fusers.elementwise import ElementwiseFuser, ElementwisePlan
 from .fusers.matmul import MatmulFuser, MatmulPlan
@@ -104,16 +104,6 @@ class _ThreadEndMark:
         self.inbox.append(self.stream_id)  # no lock: the next locked section flushes it
 
 
-def detached(exc: BaseException) -> BaseException | None:
-    """A copy of `exc` without its traceback, to keep as a failed value's cause. An
-    interrupt's traceback holds its signal handler's frame and, through it, the whole
-    stack it interrupted: kept, it would keep that stack's tensors alive."""
-    try:
-        return type(exc)(*exc.args)
-    except Exception:  # noqa: BLE001 (an exception type that cannot be rebuilt)
-        return None
-
-
 def _env_int(name: str) -> int | None:
     value = os.environ.get(name, "").strip()
     if not value:
@@ -194,7 +184,7 @@ class FusionServer:
         if self.mode != "eager":
             fusers.append(ReduceFuser(self.max_bindings, ops))
             fusers.append(MatmulFuser(self.max_bindings, ops))
-            fusers.extend(factory(self) for factory in self.fuser_factories)
+            fusers.extend(GuardedFuser(factory(self)) for factory in self.fuser_factories)
         return fusers
 
     def _single(self, op: OperationIr) -> Plan:
@@ -292,7 +282,8 @@ class FusionServer:
         while drops:  # handles.drop, inlined: this runs for every op's dead value
             tid = drops[0]
             if type(tid) is not int:
-                tid = tid.tid
+                # (a ref whose id was never set: its tensor died before its op was sent)
+                tid = getattr(tid, "tid", None)
                 refs.pop(tid, None)
             entry = entries.get(tid)
             if entry is not None and entry.alive:
@@ -359,7 +350,7 @@ class FusionServer:
         else:
             err = TensorFailedError(f"block ({names}) was interrupted by {type(exc).__name__}")
         if err is not exc:
-            err.__cause__ = exc if isinstance(exc, Exception) else detached(exc)
+            err.__cause__ = kept(exc)  # (for an interrupt or an exit still on its way up: a copy)
         entries = self.handles.entries
         self.fail_storages([entries[o.id].storage for op in plan.ops for o in outputs_of(op)
                             if o.id in entries and entries[o.id].storage.status != READY], err)
@@ -387,21 +378,21 @@ class FusionServer:
         writers: dict[int, int] = {}
         readers: dict[int, int] = {}
         for sid, stream in self.streams.items():
-            kept = []
+            remaining = []
             for op in stream.queue:
                 ins = tensor_inputs(op)
                 outs = outputs_of(op)
                 if any(t not in entries for t in ins) or any(o.id not in entries for o in outs):
                     continue  # half registered: its writer below fails what it would have written
-                kept.append(op)
+                remaining.append(op)
                 for o in outs:
                     writers[o.id] = sid
                 for t in ins:
                     readers[t] = readers.get(t, 0) + 1
-            stream.queue = kept
+            stream.queue = remaining
             stream.restart(self)
         err = TensorFailedError(f"interrupted by {type(cause).__name__} before this value was computed")
-        err.__cause__ = detached(cause)
+        err.__cause__ = kept(cause)
         orphans = []
         for tid, entry in entries.items():
             entry.readers = readers.get(tid, 0)
@@ -449,6 +440,7 @@ class FusionServer:
         buffer: one it had goes back to the pool now (the in-order queue runs any kernel
         already enqueued into it before a later user of the buffer)."""
         self.counters["failed_blocks"] += 1
+        error = kept(error)  # (no traceback: see errors.kept)
         free = self.runtime.pool.free
         for st in storages:
             st.status = FAILED

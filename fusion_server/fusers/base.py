@@ -71,6 +71,69 @@ class LimitedFuser:
         return False
 
 
+class GuardedFuser:
+    """A custom fuser behind a guard. An exception from its `offer` or `score` closes it
+    for the block (it takes nothing; the other fusers carry on), one from `finish` is
+    raised once and leaves it out of every later block of its stream: a broken fuser
+    never makes a stream unusable. KeyboardInterrupt and the like close it and pass."""
+
+    def __init__(self, inner: Fuser):
+        self.inner = inner
+        self.name = getattr(inner, "name", type(inner).__name__)
+        self.broken = ""  # why it is left out for good
+        self.reason = ""  # why it closed in this block, when it raised
+
+    @property
+    def closed(self) -> bool:
+        return bool(self.broken or self.reason) or self.inner.closed
+
+    @closed.setter
+    def closed(self, value: bool) -> None:
+        self.inner.closed = value
+
+    @property
+    def close_reason(self) -> str:
+        return self.broken or self.reason or self.inner.close_reason
+
+    @close_reason.setter
+    def close_reason(self, value: str) -> None:
+        self.inner.close_reason = value
+
+    def offer(self, op: OperationIr, server: FusionServer) -> bool:
+        if self.closed:
+            return False
+        try:
+            return bool(self.inner.offer(op, server))
+        except BaseException as exc:
+            self.reason = f"fuser {self.name} raised {exc!r}"
+            if not isinstance(exc, Exception):
+                raise
+            return False
+
+    def score(self) -> int:
+        if self.broken or self.reason:
+            return 0
+        try:
+            return int(self.inner.score())
+        except Exception as exc:  # noqa: BLE001 (a custom fuser's bug: it takes nothing)
+            self.reason = f"fuser {self.name} raised {exc!r}"
+            return 0
+
+    def finish(self, server: FusionServer) -> Plan:
+        try:
+            return self.inner.finish(server)
+        except BaseException as exc:
+            self.broken = f"fuser {self.name} raised {exc!r} in finish(); left out since"
+            raise
+
+    def reset(self) -> None:
+        self.reason = ""
+        try:
+            self.inner.reset()
+        except Exception as exc:  # noqa: BLE001
+            self.broken = f"fuser {self.name} raised {exc!r} in reset(); left out since"
+
+
 def uses_flat_index(op: ElementwiseOp) -> bool:
     """Whether `op` reads the element's flat index (`iota`: from `x[i] = v`, `eye`, `tril`).
 

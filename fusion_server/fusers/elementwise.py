@@ -19,7 +19,7 @@ from ..codegen.layout import broadcast_strides, classify, collapse
 from ..compiling import NeedsCompile
 from ..errors import TensorFailedError
 from ..handles import FAILED, PENDING, Entry
-from ..ir import ElementwiseOp, OperationIr, size_of
+from ..ir import ElementwiseOp, OperationIr, outputs_of, size_of, tensor_inputs
 from ..plans import PlanRejected
 from .base import LimitedFuser
 
@@ -193,8 +193,9 @@ class ElementwisePlan:
             return _Recipe(ops, needed_values(ops, entries, None, aliases), aliases)
         reads = cache.get("reads")
         if reads is None:
-            reads = cache["reads"] = inblock_reads(ops)
+            reads = inblock_reads(ops)
             cache["aliases"] = alias_slots(ops, entries)  # the store's signatures fix them
+            cache["reads"] = reads  # last: the node is shared, and an interrupt may fall in between
         slots = cache["aliases"]
         aliases = {ops[j].inputs[s]: target for j, s, target in slots} if slots else None
         needed = needed_values(ops, entries, reads, aliases)
@@ -213,7 +214,7 @@ class ElementwisePlan:
         in_entries, scalars = bind_slots(ops, recipe.in_slots, recipe.scalar_slots, entries)
         out_entries = [entries[ops[j].out.id] for j in recipe.needed]
         if any(e.storage.status == FAILED for e in in_entries):
-            self._run_around_failures(server, entries)
+            run_around_failures(server, ops)
             return
 
         # Every op has as many elements; inputs read at coordinates are read by ops of one
@@ -305,30 +306,6 @@ class ElementwisePlan:
             args.extend(scalars)
             server.launch(kernel, (n + spec.width - 1) // spec.width, args, "elementwise", recipe.names, bindings)
         server.mark_ready([e.storage for e in out_entries])
-
-
-    def _run_around_failures(self, server: FusionServer, entries: dict) -> None:
-        """Some input failed: fail the values that depend on it, and compute the rest of
-        the block (ops that share a kernel do not share a failure)."""
-        bad = {id(entries[t].storage) for op in self.ops for t in op.inputs
-               if type(t) is int and entries[t].storage.status == FAILED}
-        cause = next(entries[t] for op in self.ops for t in op.inputs
-                     if type(t) is int and id(entries[t].storage) in bad)
-        clean, tainted = [], []
-        for op in self.ops:
-            if any(type(t) is int and id(entries[t].storage) in bad for t in op.inputs):
-                out = entries.get(op.out.id)
-                if out is not None:
-                    bad.add(id(out.storage))
-                    tainted.append(out)
-            else:
-                clean.append(op)
-        err = TensorFailedError(f"element-wise block ({', '.join(op.name for op in self.ops if op not in clean)}) "
-                                f"not run: its input tensor {cause.ir.id} failed: {cause.storage.error}")
-        err.__cause__ = cause.storage.error
-        server.fail_storages([e.storage for e in tainted], err)
-        if clean:
-            ElementwisePlan(clean, self.max_bindings).execute(server)
 
 
 class _Recipe:
@@ -504,12 +481,49 @@ def relative_form(ops: list[ElementwiseOp], live: list[bool], entries: dict, fir
     return trace, [entries[tid] for tid in first_inputs] + in_entries, scalars, scalar_dtypes, vmap
 
 
+def run_around_failures(server: FusionServer, ops: list) -> None:
+    """Some input of a block failed: fail the values that depend on it, and compute the
+    rest (ops that share a kernel do not share a failure): element-wise runs as fused
+    blocks, any other op as its own plan, in order."""
+    entries = server.handles.entries
+    bad = {id(e.storage) for op in ops for t in tensor_inputs(op)
+           if (e := entries.get(t)) is not None and e.storage.status == FAILED}
+    cause = next((entries[t] for op in ops for t in tensor_inputs(op)
+                  if t in entries and id(entries[t].storage) in bad), None)
+    clean, tainted, names = [], [], []
+    for op in ops:
+        if any(t in entries and id(entries[t].storage) in bad for t in tensor_inputs(op)):
+            names.append(getattr(op, "name", type(op).__name__))
+            for o in outputs_of(op):
+                out = entries.get(o.id)
+                if out is not None:
+                    bad.add(id(out.storage))
+                    tainted.append(out)
+        else:
+            clean.append(op)
+    if cause is not None:
+        err = TensorFailedError(f"block ({', '.join(names)}) not run: its input tensor {cause.ir.id} failed: "
+                                f"{cause.storage.error}")
+        err.__cause__ = cause.storage.error
+        server.fail_storages([e.storage for e in tainted], err)
+    run: list[ElementwiseOp] = []
+    for op in [*clean, None]:
+        if type(op) is ElementwiseOp:
+            run.append(op)
+            continue
+        if run:
+            ElementwisePlan(run, server.max_bindings).execute(server)
+            run = []
+        if op is not None:
+            server._single(op).execute(server)
+
+
 def fail_on_failed_inputs(server: FusionServer, what: str, ops: list, in_entries: list, out_entries: list) -> bool:
     """Mark the outputs failed when an input failed (then the block does not run)."""
     for e in in_entries:
         if e.storage.status == FAILED:
             err = TensorFailedError(
-                f"{what} ({', '.join(op.name for op in ops)}) not run: "
+                f"{what} ({', '.join(getattr(op, 'name', type(op).__name__) for op in ops)}) not run: "
                 f"its input tensor {e.ir.id} failed: {e.storage.error}"
             )
             err.__cause__ = e.storage.error

@@ -12,16 +12,16 @@ from ..codegen import matmul as mg
 from ..codegen.layout import broadcast_strides
 from ..compiling import NeedsCompile
 from ..errors import TensorFailedError
-from ..handles import PENDING
+from ..handles import FAILED, PENDING
 from ..ir import ElementwiseOp, MatmulOp, OperationIr, size_of
 from .base import LimitedFuser, uses_flat_index
 from .elementwise import (
     INT32_LIMIT,
     epilogue_outputs,
-    fail_on_failed_inputs,
     liveness,
     needed_values,
     relative_form,
+    run_around_failures,
 )
 
 if TYPE_CHECKING:
@@ -101,7 +101,8 @@ class MatmulPlan:
         outputs, out_entries = epilogue_outputs(mm.out.id, epi, needed, vmap, entries)
         if not out_entries:
             return
-        if fail_on_failed_inputs(server, "matmul block", self.ops, [ea, eb, *epi_entries[1:]], out_entries):
+        if any(e.storage.status == FAILED for e in [ea, eb, *epi_entries[1:]]):
+            run_around_failures(server, self.ops)
             return
         out_shape = mm.out.shape
         m, k = ea.ir.shape[-2:]

@@ -20,20 +20,20 @@ from ..codegen.expressions import SCALAR_EXPRS, needs_scalar_code
 from ..codegen.layout import broadcast_strides, collapse
 from ..compiling import NeedsCompile
 from ..errors import TensorFailedError
-from ..handles import PENDING
+from ..handles import FAILED, PENDING
 from ..ir import ElementwiseOp, OperationIr, ReduceOp, contiguous_strides, size_of
 from .base import LimitedFuser, uses_flat_index
 from .elementwise import (
     INT32_LIMIT,
     bind_slots,
     epilogue_outputs,
-    fail_on_failed_inputs,
     flat_alias,
     flat_readable,
     liveness,
     needed_values,
     relative_form,
     relative_slots,
+    run_around_failures,
 )
 
 if TYPE_CHECKING:
@@ -272,9 +272,8 @@ class ReducePlan:
         if not out_entries and not write_entries:
             return
         all_ops = [*prologue, red, *epi]
-        if fail_on_failed_inputs(
-            server, "reduction block", all_ops, pro_entries + epi_entries[1:], out_entries + write_entries
-        ):
+        if any(e.storage.status == FAILED for e in pro_entries + epi_entries[1:]):
+            run_around_failures(server, all_ops)
             return
 
         # Iteration space: the input shape split into kept and reduced dimensions.

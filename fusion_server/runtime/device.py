@@ -82,11 +82,15 @@ def _driver_version(dev: cl.Device) -> str:
 
 def list_devices() -> list[DeviceInfo]:
     """Every OpenCL device of every platform, in platform order."""
+    from .waits import restore_interrupts
+
     out: list[DeviceInfo] = []
     try:
         platforms = cl.get_platforms()
     except cl.Error:
         return out
+    finally:
+        restore_interrupts()  # a driver may have taken SIGINT over while loading
     for plat in platforms:
         try:
             devices = plat.get_devices()

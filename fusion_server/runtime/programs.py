@@ -95,10 +95,9 @@ class ProgramCache:
     def wait_idle(self) -> None:
         """Return once no build is in flight (used at exit, before the driver goes away)."""
         with self._lock:
-            gates = list(self._building.values())
-        for gate in gates:
-            with gate:
-                pass
+            builds = list(self._building.values())
+        for done in builds:
+            done.wait(60)
 
     def build_once(
         self,
@@ -113,32 +112,30 @@ class ProgramCache:
         `make_source(spec)` and `arg_dtypes(spec)` are called with `key`; if that build
         fails and `scalar_variant` is a spec, it is built instead (once) and kept under `key`.
         """
-        built = self._kernels.get(key)
-        if built is not None:
-            return built
-        with self._lock:
-            if self.closing:
-                raise RuntimeError("the process is exiting: no new kernels are built")
-            gate = self._building.get(key)
-            mine = gate is None
-            if mine:
-                gate = self._building[key] = threading.Lock()
-                gate.acquire()
-        if not mine:
-            with gate:  # another thread builds it; this is a host wait, not a device wait
-                pass
+        while True:
             built = self._kernels.get(key)
             if built is not None:
                 return built
-            # its build failed: try ours
-            return self.build_once(key, make_source, options, arg_dtypes, scalar_variant)
-        try:
-            built = self._build_or_fall_back(key, make_source, options, arg_dtypes, scalar_variant)
-        finally:
-            with self._lock:
-                del self._building[key]
-            gate.release()
-        return built
+            mine = None
+            try:
+                with self._lock:
+                    if self.closing:
+                        raise RuntimeError("the process is exiting: no new kernels are built")
+                    other = self._building.get(key)
+                    if other is None or other.is_set():  # (a set one: its builder was interrupted)
+                        # (one statement, no call between its two stores: an interrupt
+                        # cannot leave the build registered without `mine` set)
+                        mine = self._building[key] = threading.Event()
+                if mine is not None:
+                    return self._build_or_fall_back(key, make_source, options, arg_dtypes, scalar_variant)
+            finally:
+                if mine is not None:  # the build ended, built or not: waiters go on
+                    mine.set()
+                    with self._lock:
+                        if self._building.get(key) is mine:
+                            self._building.pop(key)
+            other.wait(None)  # another thread builds it: a host wait, not a device wait
+            # Built (returned above), or its build failed and left no kernel: try ours.
 
     def _build_or_fall_back(self, key, make_source, options, arg_dtypes, scalar_variant) -> BuiltKernel:
         source, name = make_source(key)
