@@ -444,12 +444,15 @@ def full_like(x: Tensor, fill_value: Any, dtype: Any = None, device: Any = None)
     return full(x.shape, fill_value, *_like(x, dtype, device))
 
 
-def flat_index(shape: Any, dtype: Any = None, device: Any = None) -> Tensor:
-    """Each element's C-order flat index, as a tensor of `shape` (fusable, no view)."""
+def flat_index(shape: Any, dtype: Any = None, device: Any = None, fused: bool = False) -> Tensor:
+    """Each element's C-order flat index, as a tensor of `shape` (fusable, no view).
+
+    `fused`: an intermediate of a fused block (a mask, say) that is never written, so no
+    buffer of its size is checked for."""
     shape = _shape_arg(shape)
     target = dt.normalize(dtype) if dtype is not None else dt.int64
     client = _device_client(device)
-    out = _new(client, shape, target)
+    out = _tuple_new(TensorIr, (next(_ids), shape, target)) if fused else _new(client, shape, target)
     t = Tensor._make(client, out.id, shape, target)
     client.register(ElementwiseOp("iota", (), target, out))
     return t

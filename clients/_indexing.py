@@ -499,7 +499,7 @@ def _selected(x: Tensor, items: list[Any]) -> Tensor | None:
         if _whole(item, n):
             continue
         if flat is None:
-            flat = F.flat_index(x.shape, dt.int32 if x.size < 2**31 else dt.int64, x.device)
+            flat = F.flat_index(x.shape, dt.int32 if x.size < 2**31 else dt.int64, x.device, fused=True)
         inner = math.prod(x.shape[axis + 1:])
         coord = flat // inner if inner > 1 else flat
         if axis > 0:

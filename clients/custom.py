@@ -25,6 +25,7 @@ from fusion_server.codegen import expressions as ex
 from fusion_server.compiling import BUILD_OPTIONS
 from fusion_server.fusers.base import Fuser
 from fusion_server.ir import CustomKernelOp, ElementwiseOp, Scalar, TensorIr
+from fusion_server.runtime.programs import KernelBuildError, build_kernel
 from fusion_server.server import FusionServer
 
 from . import _functions as F
@@ -32,9 +33,14 @@ from .devices import client_for
 from .tensor import Tensor
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Names the generated code or OpenCL C reserve; a user's name is renamed anyway, but these
-# would also hide the functions an expression calls.
-_RESERVED = {"exp", "log", "sqrt", "sin", "cos", "tan", "tanh", "pow", "fabs", "min", "max", "select"}
+# Names an input or param cannot have: OpenCL C's keywords and type names (the generated
+# code declares each name as a variable of the op's type).
+_C_WORDS = set("""auto break case char const continue default do double else enum extern float for goto
+half if inline int long register restrict return short signed sizeof static struct switch typedef union
+unsigned void volatile while bool true false uchar ushort uint ulong size_t ptrdiff_t intptr_t uintptr_t
+global local constant private kernel read_only write_only read_write""".split())
+_VECTOR_TYPE = re.compile(r"^(u?(char|short|int|long)|float|double|half|bool)(2|3|4|8|16)$")
+_IDENTIFIER = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
 
 
 class TensorSpec(NamedTuple):
@@ -54,13 +60,23 @@ def _check_name(what: str, name: str) -> None:
 
 
 def _rename(expr: str, names: Sequence[str]) -> str:
-    """Prefix the user's variable names so they cannot collide with generated ones."""
-    for name in names:
-        expr = re.sub(rf"(?<![\w.])({re.escape(name)})\b(?!\s*\()", r"u_\1", expr)
-    return expr
+    """The user's variable names, each as `u_<name>`, in one pass over the identifiers:
+    a name is never renamed twice (with inputs `x` and `u_x`, `x + 10*u_x` reads both),
+    and calls (`name(`) and members (`.name`) are left alone."""
+    mine = set(names)
+
+    def rename(match: re.Match) -> str:
+        word = match.group(0)
+        if word not in mine or expr[match.end():].lstrip().startswith("("):
+            return word
+        return f"u_{word}"
+
+    return _IDENTIFIER.sub(rename, expr)
 
 
 def _trial_build(context: cl.Context, op: cg.TraceOp, n_inputs: int, n_scalars: int, width: int) -> None:
+    """Build `op` alone over inputs and scalars of its compute dtype; KernelBuildError if
+    the driver rejects it."""
     spec = cg.KernelSpec(
         ops=(op,),
         inputs=tuple((op.compute, "contig") for _ in range(n_inputs)),
@@ -70,8 +86,8 @@ def _trial_build(context: cl.Context, op: cg.TraceOp, n_inputs: int, n_scalars: 
         index="int",
         rank=0,
     )
-    source, _ = cg.generate(spec)
-    cl.Program(context, source).build(options=list(BUILD_OPTIONS))
+    source, name = cg.generate(spec)
+    build_kernel(context, source, name, BUILD_OPTIONS)
 
 
 def elementwise(
@@ -96,8 +112,8 @@ def elementwise(
         raise CustomOpError("a custom element-wise op needs at least one input")
     for n in inputs + params:
         _check_name("input or param name", n)
-        if n in _RESERVED:
-            raise CustomOpError(f"name {n!r} would hide the OpenCL function of that name")
+        if n in _C_WORDS or _VECTOR_TYPE.match(n):
+            raise CustomOpError(f"name {n!r} is an OpenCL C keyword or type name")
     if len(set(inputs + params)) != len(inputs + params):
         raise CustomOpError(f"duplicate names in inputs {inputs} and params {params}")
     if not isinstance(expr, str) or not expr.strip() or ";" in expr or "{" in expr:
@@ -106,22 +122,43 @@ def elementwise(
     code = _rename(expr, inputs + params)
     names = tuple(f"u_{n}" for n in inputs + params)
     op_name = f"custom_{name}"
+    args = tuple(("i", k) for k in range(len(inputs))) + tuple(("s", k) for k in range(len(params)))
+    checked: dict[tuple, str] = {}  # (context, compute, result) -> "" or why it does not build
 
-    # Compile once now: a scalar form must build; a vector form is used where it builds.
+    def check(context: cl.Context, compute: np.dtype, result: np.dtype) -> str:
+        """Build the op for `compute` once per device: '' if it builds, else the reason.
+        (A vector form is used where it builds too.)"""
+        key = (context.int_ptr, compute, result)
+        why = checked.get(key)
+        if why is None:
+            trial = cg.TraceOp(op_name, compute, result, args, code, names)
+            try:
+                _trial_build(context, trial, len(inputs), len(params), 1)
+                why = ""
+            except KernelBuildError as exc:
+                why = str(exc)
+            if not why:
+                try:
+                    _trial_build(context, trial, len(inputs), len(params), 4)
+                except KernelBuildError:
+                    ex.SCALAR_EXPRS.add((code, compute))
+            checked[key] = why
+        return why
+
+    # Check now that it builds for one of the dtypes it is most likely called with (`x % 2`
+    # builds for integers only); each dtype it is called with is checked at its first
+    # call, so an expression that does not fit its inputs raises where it is used.
     client = client_for()
-    check_dtype = dt.float32
-    trial = cg.TraceOp(op_name, check_dtype, out_dtype or check_dtype,
-                       tuple(("i", k) for k in range(len(inputs))) + tuple(("s", k) for k in range(len(params))),
-                       code, names)
     context = client.server.runtime.context
-    try:
-        _trial_build(context, trial, len(inputs), len(params), 1)
-    except cl.RuntimeError as exc:
-        raise CustomOpError(f"custom op {name!r}: expression {expr!r} does not compile:\n{exc}") from None
-    try:
-        _trial_build(context, trial, len(inputs), len(params), 4)
-    except cl.RuntimeError:
-        ex.SCALAR_EXPRS.add(code)
+    kinds = [dt.float32, dt.int32, dt.int64] + ([dt.float64] if client.fp64 else [])
+    reasons = []
+    for d in kinds:
+        reasons.append(check(context, d, out_dtype or d))
+        if not reasons[-1]:
+            break
+    else:
+        raise CustomOpError(f"custom op {name!r}: expression {expr!r} does not compile for any of "
+                            f"{', '.join(d.name for d in kinds)}:\n{reasons[0]}")
 
     def apply(*tensors: Any, **values: Any) -> Tensor:
         if len(tensors) != len(inputs):
@@ -135,6 +172,10 @@ def elementwise(
         for t in ts[1:]:
             compute = dt.promote(compute, t.dtype)
         result = out_dtype or compute
+        why = check(cl_client.server.runtime.context, compute, result)
+        if why:
+            raise CustomOpError(f"custom op {name!r}: expression {expr!r} does not compile for "
+                                f"{compute.name} inputs:\n{why}")
         shape = F.broadcast_shapes(*(t.shape for t in ts))
         operands = tuple(t._id for t in ts) + tuple(
             Scalar(dt.scalar_value(values[p], compute), compute) for p in params

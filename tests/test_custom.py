@@ -295,3 +295,32 @@ def test_custom_fuser_claims_its_pattern_and_competes():
     with clients.inspect() as rec:
         (x * 2.0 + 1.0).numpy()
     assert [k.kind for k in rec.kernels] == ["elementwise"]
+
+
+def test_custom_names_are_renamed_once_each():
+    """Inputs `x` and `u_x` are two values (the renaming maps every identifier in one
+    pass); a name that is also a built-in function stays the function when called."""
+    both = clients.custom.elementwise("two_names", "x + 10 * u_x", inputs=("x", "u_x"))
+    a, b = rand(64, seed=1), rand(64, seed=2)
+    np.testing.assert_allclose(both(clients.asarray(a), clients.asarray(b)).numpy(), a + 10 * b, rtol=1e-6)
+    shadow = clients.custom.elementwise("shadow", "exp * 2 + exp(exp)", inputs=("exp",))
+    np.testing.assert_allclose(shadow(clients.asarray(a)).numpy(), a * 2 + np.exp(a), rtol=1e-5)
+    for bad in ("int", "float4", "double", "uchar16"):
+        with pytest.raises(clients.custom.CustomOpError, match="keyword or type name"):
+            clients.custom.elementwise(f"bad_{bad}", "x", inputs=(bad,))
+
+
+def test_custom_expressions_are_checked_for_the_dtype_of_each_call():
+    """`x % 2` is defined although floats cannot take it; a call with float inputs raises
+    at the call, naming the dtype, and integer calls compute numpy's values (for non-
+    negative operands, where C's % and numpy's agree)."""
+    mod = clients.custom.elementwise("int_mod", "x % 2")
+    a = np.arange(10, dtype=np.int32)
+    np.testing.assert_array_equal(mod(clients.asarray(a)).numpy(), a % 2)
+    with pytest.raises(clients.custom.CustomOpError, match="does not compile for float32 inputs"):
+        mod(clients.asarray(a.astype(np.float32)))
+    root = clients.custom.elementwise("float_root", "sqrt(x)")
+    np.testing.assert_allclose(root(clients.asarray(a.astype(np.float32))).numpy(), np.sqrt(a), rtol=1e-6)
+    with pytest.raises(clients.custom.CustomOpError, match="int32 inputs"):
+        root(clients.asarray(a))
+    np.testing.assert_allclose((clients.asarray([1.0]) + 1.0).numpy(), [2.0])  # nothing else affected

@@ -228,7 +228,7 @@ def generate(spec: KernelSpec) -> tuple[str, str]:
         src.extend("    " + line for line in _body(spec, 1))
         src.append("  }")
     else:
-        src.append(f"  if (idx0 + {W} <= n) {{")
+        src.append(f"  if (idx0 <= n - {W}) {{")  # (idx0 + W could overflow the index type)
         src.append("    const IDX idx = idx0;")
         src.extend("    " + line for line in _body(spec, W))
         src.append("  } else {")

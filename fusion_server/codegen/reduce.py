@@ -338,7 +338,7 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
             src.append(f"  {mask} argv = 0;")
             src.append(f"  const {mask} lanes = ({mask})({', '.join(str(lane) for lane in range(W))});")
         src.append("  IDX r = 0;")
-        src.append(f"  for (; r + {W} <= nred; r += {W}) {{")
+        src.append(f"  for (; r <= nred - {W}; r += {W}) {{")  # (r + W could overflow the index type)
         src += _vector_body(spec, "    ")
         src.append("  }")
         if nan_flag:

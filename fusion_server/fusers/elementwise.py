@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fusion_server")
 
-INT32_LIMIT = 2**31 - 1
+# Sizes past this take 64-bit indices. The margin covers what a launch adds to the size:
+# work-items padded to whole work-groups, times the vector width (at most 1024 x 16).
+INT32_LIMIT = 2**31 - 1 - (1 << 16)
 
 
 class ElementwiseFuser(LimitedFuser):
@@ -325,7 +327,8 @@ class _Recipe:
         self.trace = tuple(trace)
         self.scalar_dtypes = tuple(scalar_dtypes)
         self.outputs = tuple(vmap[j] for j in self.needed)
-        self.scalar_code = any(needs_scalar_code(t.name, t.compute) or t.expr in SCALAR_EXPRS for t in trace)
+        self.scalar_code = any(needs_scalar_code(t.name, t.compute) or (t.expr, t.compute) in SCALAR_EXPRS
+                               for t in trace)
         self.dtypes = frozenset(cg.dtypes_of(trace, self.scalar_dtypes))  # (inputs' are added per launch)
         self.kernels: dict[tuple, tuple] = {}
 
