@@ -14,7 +14,32 @@ class ReentrancyError(FusionError):
 
 
 class TensorFailedError(FusionError):
-    """The block that computes this tensor failed; `__cause__` holds why."""
+    """The block that computes this tensor failed; `__cause__` holds why.
+
+    A value that failed because an input did carries the first failure (`root`) and the
+    ids of the tensors from it to here (`path`): its message names the root failure and
+    the chain in one line, and its cause is the root's (one traceback, not one per link).
+    """
+
+    def __init__(self, message: str, root: TensorFailedError | None = None, path: tuple[int, ...] = ()):
+        super().__init__(message)
+        self.root = root
+        self.path = path
+
+
+def after_failed_input(what: str, failed_id: int, failed: BaseException | None) -> TensorFailedError:
+    """The error of `what` (a block, or a kernel) not run because tensor `failed_id`
+    failed with `failed`: it names the root failure and the chain of tensors to it."""
+    root = getattr(failed, "root", None) or failed
+    path = (*getattr(failed, "path", ()), failed_id)
+    shown = [str(t) for t in reversed(path)]
+    if len(shown) > 6:
+        shown = [*shown[:3], f"... {len(shown) - 5} more ...", *shown[-2:]]
+    err = TensorFailedError(f"{what} not run: an input failed (through tensors {' <- '.join(shown)}); "
+                            f"the first failure: {root}", root if isinstance(root, TensorFailedError) else None,
+                            path)
+    err.__cause__ = root.__cause__ if isinstance(root, TensorFailedError) and root.__cause__ else root
+    return err
 
 
 class DeviceMemoryError(FusionError, MemoryError):

@@ -37,6 +37,7 @@ from .ir import (
     TensorIr,
     ViewOp,
     outputs_of,
+    size_of,
     tensor_inputs,
 )
 from .plans import PlanRejected, PlanStore
@@ -62,6 +63,7 @@ class KernelRecord:
     event: cl.Event | None = None
     why: str = ""  # which fuser took the block, the competing scores, why the block closed
     fallback: str = ""  # set when the kernel is the scalar variant: why the vector build failed
+    variant: str = ""  # how the kernel was generated: strategy, vector width (see variant_of)
 
     @property
     def device_seconds(self) -> float | None:
@@ -102,6 +104,23 @@ class _ThreadEndMark:
 
     def __del__(self) -> None:
         self.inbox.append(self.stream_id)  # no lock: the next locked section flushes it
+
+
+def variant_of(spec) -> str:
+    """How a kernel was generated, in words, from the spec it was built from."""
+    from .codegen import matmul as mg
+    from .codegen import reduce as rg
+
+    if isinstance(spec, cg.KernelSpec):
+        return f"width {spec.width}"
+    if isinstance(spec, rg.ReduceSpec):
+        parts = f", {spec.width // spec.acc_width} accumulators" if spec.acc_width else ""
+        return f"{spec.strategy}, width {spec.width}{parts}"
+    if isinstance(spec, mg.MatmulSpec):
+        if spec.strategy == "rows":
+            return f"rows, {spec.vector_bytes}-byte vectors"
+        return f"tiled, tile {spec.tile}"
+    return ""
 
 
 def _env_int(name: str) -> int | None:
@@ -163,6 +182,8 @@ class FusionServer:
         self.recorders: list[Recorder] = []
         self.block_note = ""  # set by the stream for the block being launched (inspect() only)
         self.in_flight: Plan | None = None  # the block being run, until its stream has dropped its ops
+        self.running_ahead: dict[int, ReduceOp] = {}  # reductions run ahead of their stream's queue
+        self.reductions: dict[tuple, int] = {}  # a reduction's signature -> the id of its latest result
         self.pinned: set[Storage] = set()  # storages whose buffers resolved arrays hold
         self.counters = {
             "ops_registered": 0,
@@ -249,8 +270,14 @@ class FusionServer:
             outs = outputs_of(op)
             reads = [entries.get(t) or handles.get(t) for t in tensor_inputs(op)]
         if outs[0].id in entries:
-            # Already queued: a compile interrupted it after that; carry on from there.
-            self.stream(stream_id).advance(self)
+            # Already queued (or run ahead): a compile interrupted it after that; carry on.
+            ahead = self.running_ahead.get(outs[0].id)
+            if ahead is not None:
+                self._run_ahead(ahead)
+            else:
+                self.stream(stream_id).advance(self)
+            return
+        if type(op) is ReduceOp and self._same_reduction(op, reads):
             return
         # All inputs were found before anything changes.
         for entry in reads:
@@ -271,7 +298,37 @@ class FusionServer:
                 nbytes *= d
             entries[out.id] = pending_entry(out, nbytes, stream_id)
         stream = self.streams.get(stream_id) or self.stream(stream_id)
+        if type(op) is ReduceOp and stream.queue and self.mode == "lazy" and size_of(op.out.shape) == 1 \
+                and all(e.storage.status == READY for e in reads):
+            # A full reduction of values already computed runs ahead of the open block, which
+            # stays open: what is computed from its one value joins that block
+            # (`(b - min(b)) / (max(b) - min(b))`: two reductions and one element-wise kernel).
+            self._run_ahead(op)
+            return
         stream.register(op, self)
+
+    def _run_ahead(self, op: ReduceOp) -> None:
+        self.running_ahead[op.out.id] = op  # (a build it needs makes the client register it again)
+        if self.recorders:
+            self.block_note = ("runs alone, ahead of the open block: a full reduction of computed values, "
+                               "whose result the block can read")
+        self.run_plan(self._single(op))
+        del self.running_ahead[op.out.id]
+
+    def _same_reduction(self, op: ReduceOp, reads: list) -> bool:
+        """If the same reduction of the same tensor was computed before and still is, its
+        result serves this one too (a view of it, no kernel): True."""
+        key = (op.name, op.input, op.axes, op.acc, op.out.shape, op.out.dtype)
+        done = self.reductions.get(key)
+        entry = self.handles.entries.get(done) if done is not None else None
+        if entry is None or entry.storage.status != READY or entry.storage.buffer is None:
+            self.reductions[key] = op.out.id
+            if len(self.reductions) > 4096:
+                self.reductions.pop(next(iter(self.reductions)))
+            return False
+        self.counters["ops_registered"] += 1
+        self.handles.add(op.out, entry.storage)
+        return True
 
     def drain_drops(self) -> None:
         """Forget the tensors whose handles were dropped (ids pushed by Tensor.__del__)."""
@@ -375,6 +432,7 @@ class FusionServer:
                     break
             self._fail_block(plan, cause)
             self.in_flight = None
+        self.running_ahead.clear()  # (their outputs are written by no queue: they fail below)
         writers: dict[int, int] = {}
         readers: dict[int, int] = {}
         for sid, stream in self.streams.items():
@@ -515,8 +573,9 @@ class FusionServer:
     ) -> None:
         self.counters["kernels_launched"] += 1
         if self.recorders:
+            programs = self.runtime.programs
             record = KernelRecord(kind, ops, bindings, name, items, event, self.block_note,
-                                  self.runtime.programs.fallbacks.get(name, ""))
+                                  programs.fallbacks.get(name, ""), variant_of(programs.specs.get(name)))
             for rec in self.recorders:
                 rec.kernels.append(record)
 
@@ -542,7 +601,8 @@ class FusionServer:
             err = st.error
             # Name the root cause, not the block-level wrapper around it.
             cause = err.__cause__ if isinstance(err, TensorFailedError) and err.__cause__ else err
-            raise TensorFailedError(f"tensor {tid} could not be computed: {err}") from cause
+            raise TensorFailedError(f"tensor {tid} could not be computed: {err}", getattr(err, "root", None),
+                                    getattr(err, "path", ())) from cause
 
     def read(self, tid: int) -> tuple[np.ndarray, cl.Event | None, Callable[[], np.ndarray]]:
         """Enqueue a copy of `tid` to the host: (host buffer, event, finish).

@@ -118,7 +118,7 @@ def worker(seed: int, pool: SharedPool, deadline: float, tally: dict, errors: li
                 if name in INEXACT:
                     got = made.numpy()
                     local["reads"] += 1
-                    if not np.allclose(got, expected, rtol=1e-4, atol=1e-4):
+                    if not _matches(got, expected, rtol=1e-4, atol=1e-4):
                         errors.append(f"mismatch in {name} {made.shape} (seed {seed})")
                     expected = got
                 pool.put(made, expected, name)
@@ -140,14 +140,14 @@ def worker(seed: int, pool: SharedPool, deadline: float, tally: dict, errors: li
                 t, v, label = pool.pick_labelled(rng)
                 got = clients.resolve(t).get()  # contiguous: every pooled tensor is an op's output
                 local["reads"] += 1
-                if not np.allclose(got, v, rtol=1e-4, atol=1e-5):
+                if not _matches(got, v, rtol=1e-4, atol=1e-5):
                     errors.append(f"resolve mismatch in {label} {t.shape} (seed {seed})")
             else:
                 t, v, label = pool.pick_labelled(rng)
                 got = t.numpy()
                 local["reads"] += 1
-                if not np.allclose(got, v, rtol=1e-4, atol=1e-5):
-                    bad = np.flatnonzero(~np.isclose(got, v, rtol=1e-4, atol=1e-5))
+                if not _matches(got, v, rtol=1e-4, atol=1e-5):
+                    bad = np.flatnonzero(~np.isclose(got, v, rtol=1e-4, atol=1e-5)) if got.shape == v.shape else []
                     errors.append(f"mismatch in {label} {t.shape} (seed {seed}): at {bad[:4]} got "
                                   f"{got.ravel()[bad[:4]]}, want {v.ravel()[bad[:4]]}")
     except BaseException as exc:  # reported by the test
@@ -155,6 +155,11 @@ def worker(seed: int, pool: SharedPool, deadline: float, tally: dict, errors: li
     with pool.lock:
         for k in local:
             tally[k] = tally.get(k, 0) + local[k]
+
+
+def _matches(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> bool:
+    """Same shape and close values (allclose alone would broadcast one over the other)."""
+    return got.shape == np.shape(want) and bool(np.allclose(got, want, rtol=rtol, atol=atol))
 
 
 def test_random_graphs_from_many_threads():
@@ -184,7 +189,7 @@ def test_random_graphs_from_many_threads():
     errors.extend(
         f"final mismatch in {label}"
         for t, v, label in pool.items
-        if not np.allclose(t.numpy(), v, rtol=1e-4, atol=1e-5)
+        if not _matches(t.numpy(), v, rtol=1e-4, atol=1e-5)
     )
     pool.items.clear()
     gc.collect()

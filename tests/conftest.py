@@ -57,6 +57,14 @@ def server_settings(**settings):
         c.call(apply, old)
 
 
+def assert_variants(rec, kind: str, prefix: str, at_least: int = 1) -> None:
+    """Every `kind` kernel recorded ran as the forced variant (`prefix` of its variant,
+    e.g. "loop" or "rows, 32-byte"), and there were some."""
+    mine = [k for k in rec.kernels if k.kind == kind]
+    assert len(mine) >= at_least, [k.kind for k in rec.kernels]
+    assert all(k.variant.startswith(prefix) for k in mine), [k.variant for k in mine]
+
+
 def rand(shape, dtype=np.float32, seed=0):
     rng = np.random.default_rng(seed)
     return rng.standard_normal(shape).astype(dtype)

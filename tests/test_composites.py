@@ -82,7 +82,7 @@ def test_both_reduction_strategies_agree_with_numpy(strategy):
 
     a = rand((5, 700)) * 3
     a[2, 13] = np.nan
-    with server_settings(reduce_strategy=strategy):
+    with server_settings(reduce_strategy=strategy), clients.inspect() as rec:
         x = clients.asarray(a)
         got = {
             "sum": clients.sum(clients.exp(x * 0.1), axis=1).numpy(),
@@ -93,6 +93,9 @@ def test_both_reduction_strategies_agree_with_numpy(strategy):
             "prod": clients.prod(x[:, :20] * 0.5 + 1.0, axis=1).numpy(),
         }
         soft = softmax(clients.asarray(a[[0, 1, 3, 4]])).numpy()
+    from tests.conftest import assert_variants
+
+    assert_variants(rec, "reduce", strategy, 8)
     np.testing.assert_allclose(got["sum"], np.exp(a * np.float32(0.1)).sum(axis=1), rtol=1e-5)
     np.testing.assert_array_equal(got["max"], a.max(axis=1))
     np.testing.assert_array_equal(got["min"], (a * np.float32(2)).min(axis=-1, keepdims=True))

@@ -96,15 +96,14 @@ def test_tensor_from_another_threads_queue():
         x = clients.asarray(a)
         box["t"] = clients.exp(x) + 1.0  # queued in this thread's stream only
         made.set()
-        assert used.wait(TIMEOUT)
+        return used.wait(TIMEOUT)
 
-    th = threading.Thread(target=producer, daemon=True)
-    th.start()
+    th, result = run_thread(producer)
     assert made.wait(TIMEOUT)
     assert clients.stats()["pending_ops"] >= 1
     out = (box["t"] * 2.0).numpy()
     used.set()
-    th.join(TIMEOUT)
+    assert joined(th, result), "the producer was never released"
     np.testing.assert_allclose(out, (np.exp(a) + 1) * 2, rtol=1e-5)
 
 
@@ -181,8 +180,16 @@ def test_read_while_another_thread_flushes_a_long_queue():
 
     th, box = run_thread(long_queue)
     assert a_queued.wait(TIMEOUT)
+    server = clients.client_for().server
+
+    def queued() -> int:
+        s = server.streams.get(th.ident)
+        return len(s.queue) if s else 0
+
     y = clients.asarray(rand(8, seed=3))
     np.testing.assert_allclose((y + 1.0).numpy(), rand(8, seed=3) + 1, rtol=1e-6)
+    # B's read ran B's own work only: A's queue still holds what A has not closed yet.
+    assert clients.client_for().call(lambda _: queued()) > 0
     b_done.set()
     got = joined(th, box)
     want = a.copy()
@@ -225,12 +232,10 @@ def test_only_the_streams_holding_needed_work_are_flushed():
     def make(key, ready, value):
         box[key] = clients.exp(clients.asarray(data) * value)  # queued, not run
         ready.set()
-        assert done.wait(TIMEOUT)
+        return done.wait(TIMEOUT)
 
-    ta = threading.Thread(target=make, args=("a", a_ready, 1.0), daemon=True)
-    tc = threading.Thread(target=make, args=("c", c_ready, 2.0), daemon=True)
-    ta.start()
-    tc.start()
+    ta, result_a = run_thread(make, "a", a_ready, 1.0)
+    tc, result_c = run_thread(make, "c", c_ready, 2.0)
     assert a_ready.wait(TIMEOUT) and c_ready.wait(TIMEOUT)
     server = clients.client_for().server
 
@@ -242,6 +247,5 @@ def test_only_the_streams_holding_needed_work_are_flushed():
     np.testing.assert_allclose(box["a"].numpy(), np.exp(data), rtol=1e-6)
     assert clients.client_for().call(lambda _: (queued(ta), queued(tc))) == (0, 2)
     done.set()
-    ta.join(TIMEOUT)
-    tc.join(TIMEOUT)
+    assert joined(ta, result_a) and joined(tc, result_c)
     np.testing.assert_allclose(box["c"].numpy(), np.exp(data * 2), rtol=1e-6)

@@ -150,16 +150,27 @@ def test_user_event_gate_does_not_deadlock_other_threads():
     a = rand(64)
     x = clients.asarray(a)
     y = gated(x) * 2.0
-    a_started = threading.Event()
+    a_waiting = threading.Event()
     box: dict = {}
+    readers: list[int] = []
+
+    def hook():  # called by every wait before it blocks: holds B back until A is inside its wait
+        if threading.get_ident() in readers:
+            a_waiting.set()
 
     def reader():
-        a_started.set()
+        readers.append(threading.get_ident())
         box["value"] = y.numpy()  # waits until the gate opens, with the lock released
 
+    from fusion_server.runtime import waits
+
+    waits.guards.append(hook)
     th_a = threading.Thread(target=reader, daemon=True)
     th_a.start()
-    assert a_started.wait(TIMEOUT)
+    try:
+        assert a_waiting.wait(TIMEOUT)
+    finally:
+        waits.guards.remove(hook)
     b_box: dict = {}
 
     def worker_b():

@@ -86,7 +86,7 @@ def test_failed_block_marks_only_its_outputs(server):
             bad.numpy()
         assert isinstance(info.value.__cause__, RuntimeError)
         later = bad + 1.0  # depends on the failed tensor
-        with pytest.raises(clients.TensorFailedError, match="input tensor .* failed"):
+        with pytest.raises(clients.TensorFailedError, match="an input failed .*the first failure: .*injected"):
             later.numpy()
     finally:
         del server.built_for
@@ -172,3 +172,29 @@ def test_bad_index_and_reshape_raise():
     with pytest.raises(ValueError, match="cannot broadcast"):
         clients.broadcast_to(x, (4, 4))
     server_still_works()
+
+
+def test_a_deep_failure_chain_names_its_root_in_one_line(server):
+    """Thirty blocks each failing because the one before did: the error names the first
+    failure (its ops and cause) and the chain of tensors in one line, with one cause
+    behind it, not thirty."""
+    calls = []
+    from tests.test_interrupts import _custom_kernel
+
+    op = _custom_kernel(RuntimeError, calls)
+    y = op(clients.asarray(rand(16)), fail=True)
+    first = y._id
+    for _ in range(30):
+        y = op(y * 2.0, fail=False)  # each a block of its own, reading the failed one
+    with pytest.raises(clients.TensorFailedError) as info:
+        y.numpy()
+    message = str(info.value)
+    assert "the first failure: custom kernel 'maybe_exit' failed in its launch function" in message
+    assert f"{first}" in message and "more" in message  # the chain, shortened, on one line
+    assert "\n" not in message.split("the first failure")[0]
+    links, cause = 0, info.value.__cause__
+    while cause is not None:
+        links += 1
+        cause = cause.__cause__
+    assert links <= 2
+    assert info.value.root is not None and info.value.path[0] == first

@@ -397,7 +397,9 @@ def test_tensordot_errors():
 # -- numpy's array protocol ------------------------------------------------------------------------
 def test_array_protocol():
     a, x = _pair((2, 3))
-    _equal(x, np.asarray(x))
+    got = np.asarray(x)
+    assert got.shape == a.shape and got.dtype == a.dtype
+    np.testing.assert_array_equal(got, a)
     assert np.asarray(x, dtype=np.float64).dtype == np.float64
     got = np.array(x, copy=True)
     got[0, 0] = 100.0

@@ -119,6 +119,7 @@ def test_both_matmul_strategies_agree_with_numpy(strategy, mkn):
     np.testing.assert_allclose(got, np.maximum(a @ w + bias, 0), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got_t, a[:5].T @ w[:5], rtol=1e-4, atol=1e-4)
     assert [r.kind for r in rec.kernels] == ["matmul", "matmul"]
+    assert all(r.variant.startswith(strategy) for r in rec.kernels), [r.variant for r in rec.kernels]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
@@ -133,10 +134,12 @@ def test_row_kernel_at_every_cpu_vector_width(dtype, width):
     rng = np.random.default_rng(width)
     a = rng.integers(-3, 4, (2, 53, 70)).astype(dtype)
     w = rng.integers(-3, 4, (70, 37)).astype(dtype)
-    with server_settings(matmul_strategy="rows", widths=VectorWidths.uniform(width)):
+    with server_settings(matmul_strategy="rows", widths=VectorWidths.uniform(width)), clients.inspect() as rec:
         x, tw = clients.asarray(a), clients.asarray(w)
         got = (x @ tw + 1).numpy()
         got_t = (tw.T @ x[0].T).numpy()
+    vector = min(64, np.dtype(dtype).itemsize * width)
+    assert [r.variant for r in rec.kernels if r.kind == "matmul"] == [f"rows, {vector}-byte vectors"] * 2
     np.testing.assert_array_equal(got, a @ w + 1)
     np.testing.assert_array_equal(got_t, w.T @ a[0].T)
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import clients
-from tests.conftest import rand, server_settings
+from tests.conftest import assert_variants, rand, server_settings
 
 SETTINGS = settings(max_examples=20, deadline=None, database=None)
 
@@ -275,10 +275,11 @@ def test_nan_and_infinities_in_long_rows(dtype, name, strategy):
     a[4] = -np.inf
     a[5, :50] = np.inf
     a[6, ::2] = -0.0
-    with server_settings(reduce_strategy=strategy):
+    with server_settings(reduce_strategy=strategy), clients.inspect() as rec:
         t = clients.asarray(a)
         for axis in (None, 0, 1):
             check(name, a, t, axis)
+    assert_variants(rec, "reduce", strategy, 3)
 
 
 @pytest.mark.parametrize("strategy", ["loop", "group"])
@@ -298,10 +299,11 @@ def test_arg_reductions_pick_the_first_of_tied_values_in_long_rows(dtype, name, 
     a[5] = info.max
     if a.dtype.kind == "f":
         a[6], a[7] = -np.inf, np.inf
-    with server_settings(reduce_strategy=strategy):
+    with server_settings(reduce_strategy=strategy), clients.inspect() as rec:
         t = clients.asarray(a)
         for axis in (None, 0, 1):
             check(name, a, t, axis)
+    assert_variants(rec, "reduce", strategy, 3)
 
 
 @pytest.mark.parametrize("name", NO_IDENTITY)
@@ -710,7 +712,7 @@ def test_vector_steps_with_tails_in_both_strategies(strategy, cols):
     """The loop strategy reads W elements per step, then the tail one by one; the group
     strategy strides by its work-group: every row length must add up in both."""
     a, b = rand((3, cols)), rand((3, cols), seed=1)
-    with server_settings(reduce_strategy=strategy):
+    with server_settings(reduce_strategy=strategy), clients.inspect() as rec:
         x, y = clients.asarray(a), clients.asarray(b)
         got = clients.sum(clients.exp(x * 0.5) * y, axis=-1).numpy()
         got_max = clients.max(x + y, axis=1).numpy()
@@ -719,6 +721,10 @@ def test_vector_steps_with_tails_in_both_strategies(strategy, cols):
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)
     np.testing.assert_array_equal(got_max, (a + b).max(axis=1))
     np.testing.assert_allclose(strided, (a[:, ::2] * np.float32(2)).sum(axis=1), rtol=2e-5, atol=1e-5)
+    assert_variants(rec, "reduce", strategy, 3)
+    if strategy == "loop" and cols > 16 and clients.client_for().server.widths.w4 > 1:
+        assert rec.kernels[0].variant != "loop, width 1"  # contiguous rows: vector steps
+        assert rec.kernels[2].variant.startswith("loop, width 1")  # a stride of 2: one by one
 
 
 

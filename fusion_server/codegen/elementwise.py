@@ -38,6 +38,7 @@ class KernelSpec(NamedTuple):
     width: int
     index: str  # "int" or "long"
     rank: int  # collapsed rank used by strided inputs, 0 if none
+    single: tuple[int, ...] = ()  # outputs (positions in `outputs`) of one value, written by element 0
 
 
 def scalar_variant(spec: KernelSpec) -> KernelSpec | None:
@@ -169,7 +170,9 @@ def _body(spec: KernelSpec, width: int) -> list[str]:
     for j, op in enumerate(spec.ops):
         lines.extend(_op_expr(spec, op, j, width))
     for m, j in enumerate(spec.outputs):
-        if width == 1:
+        if m in spec.single:  # one value, the same at every element: element 0 writes it
+            lines.append(f"if (idx == 0) out{m}[0] = v{j}{'' if width == 1 else '.s0'};")
+        elif width == 1:
             lines.append(f"out{m}[idx] = v{j};")
         else:
             lines.append(ex.vstore(f"v{j}", f"out{m} + idx", spec.ops[j].out, width))

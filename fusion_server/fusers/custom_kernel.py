@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pyopencl.array as cla
 
-from ..errors import TensorFailedError
+from ..errors import TensorFailedError, after_failed_input
 from ..handles import FAILED
 from ..ir import CustomKernelOp
 
@@ -44,8 +44,7 @@ class CustomKernelPlan:
         outs = [entries[o.id] for o in op.outputs]
         for e in ins:
             if e.storage.status == FAILED:
-                err = TensorFailedError(f"custom kernel {op.name!r} not run: input tensor {e.ir.id} failed")
-                err.__cause__ = e.storage.error
+                err = after_failed_input(f"custom kernel {op.name!r}", e.ir.id, e.storage.error)
                 server.fail_storages([o.storage for o in outs], err)
                 return
         for e in outs:

@@ -17,7 +17,7 @@ from ..codegen import elementwise as cg
 from ..codegen.expressions import SCALAR_EXPRS, needs_scalar_code
 from ..codegen.layout import broadcast_strides, classify, collapse
 from ..compiling import NeedsCompile
-from ..errors import TensorFailedError
+from ..errors import TensorFailedError, after_failed_input
 from ..handles import FAILED, PENDING, Entry
 from ..ir import ElementwiseOp, OperationIr, outputs_of, size_of, tensor_inputs
 from ..plans import PlanRejected
@@ -51,6 +51,9 @@ class ElementwiseFuser(LimitedFuser):
         self.n_scalars = 0
         self.meta = False
         self.outputs_bound = 0  # upper bound on values that must be written
+        # Whether every op so far computes one value from one-element inputs: such a block
+        # can grow to a bigger shape, each work-item computing the value again.
+        self.all_single = True
         super().reset()
 
     def score(self) -> int:
@@ -79,16 +82,23 @@ class ElementwiseFuser(LimitedFuser):
         shape = op.out.shape
         ops = self.ops
         size = self.size
+        entries = server.handles.entries
+        single = size_of(shape) == 1 and _single_value(op, entries)
+        grows = False
         if ops:
             if shape != self.shape:
                 size = size_of(shape)
                 if size != self.size:
-                    return self._close(f"shape {shape} differs in size from the block's {self.shape}")
+                    if single:  # a value broadcast to the block (max(b) - min(b)): computed at every element
+                        size = self.size
+                    elif self.size == 1 and self.all_single:
+                        grows = True  # the block so far is such values: it takes this op's shape
+                    else:
+                        return self._close(f"shape {shape} differs in size from the block's {self.shape}")
             if len(ops) >= self.max_ops:
                 return self._close(f"max ops per kernel ({self.max_ops}) reached")
         else:
             size = size_of(shape)
-        entries = server.handles.entries
         values, inputs, aliases = self.values, self.inputs, self.aliases
         new_ids: list[int] = []
         new_aliases: list[int] = []
@@ -129,9 +139,10 @@ class ElementwiseFuser(LimitedFuser):
                 # (A lone op always runs, whatever it needs.)
                 return self._close(f"binding limit ({self.max_bindings}) reached")
         ops.append(op)
-        if self.shape is None:
+        if self.shape is None or grows:
             self.shape = shape
             self.size = size
+        self.all_single = self.all_single and single
         if coords:
             self.coords = shape
         values.add(op.out.id)
@@ -146,6 +157,18 @@ class ElementwiseFuser(LimitedFuser):
 
     def finish(self, server: FusionServer) -> ElementwisePlan:
         return ElementwisePlan(list(self.ops), self.max_bindings)
+
+
+def _single_value(op: ElementwiseOp, entries: dict) -> bool:
+    """Whether `op` computes one value from inputs of one element (no flat index)."""
+    if op.name == "iota":
+        return False
+    for t in op.inputs:
+        if type(t) is int:
+            e = entries.get(t)
+            if e is None or size_of(e.ir.shape) != 1:
+                return False
+    return True
 
 
 def flat_readable(entry: Entry, size: int) -> bool:
@@ -219,14 +242,17 @@ class ElementwisePlan:
             run_around_failures(server, ops)
             return
 
-        # Every op has as many elements; inputs read at coordinates are read by ops of one
-        # shape (the fuser's rule), whose coordinates the kernel computes.
-        n = size_of(ops[0].out.shape)
-        shape = ops[0].out.shape
+        # Every op has as many elements, or one value broadcast to the block's; inputs
+        # read at coordinates are read by ops of one shape (the fuser's rule), whose
+        # coordinates the kernel computes.
+        shape = ops[recipe.big].out.shape
+        n = size_of(shape)
         classes: list[str] = []
         strides_of: list[tuple[int, ...]] = []
         for (j, _), e in zip(recipe.in_slots, in_entries):
             op_shape = ops[j].out.shape
+            if j in recipe.singles:
+                op_shape = shape  # its inputs (one element each) are read broadcast
             if e.contiguous and e.ir.shape == op_shape:
                 classes.append("contig")
                 strides_of.append(())
@@ -270,6 +296,7 @@ class ElementwisePlan:
                 width=width,
                 index=index,
                 rank=rank,
+                single=recipe.single_outputs,
             )
             bindings = 1 + int(cg.has_metadata(spec)) + len(spec.outputs) + len(in_entries) + len(scalars)
             try:
@@ -316,7 +343,7 @@ class _Recipe:
     scalars, the values written, and the kernels built for it per layout."""
 
     __slots__ = ("needed", "live_ops", "names", "trace", "in_slots", "scalar_slots", "scalar_dtypes",
-                 "outputs", "scalar_code", "dtypes", "kernels")
+                 "outputs", "scalar_code", "dtypes", "kernels", "big", "singles", "single_outputs")
 
     def __init__(self, ops: list[ElementwiseOp], needed: set[int], aliases: dict[int, int] | None = None):
         live = liveness(ops, needed, aliases)
@@ -330,6 +357,14 @@ class _Recipe:
         self.scalar_code = any(needs_scalar_code(t.name, t.compute) or (t.expr, t.compute) in SCALAR_EXPRS
                                for t in trace)
         self.dtypes = frozenset(cg.dtypes_of(trace, self.scalar_dtypes))  # (inputs' are added per launch)
+        # The block's shape (its biggest op's), and the ops that compute one value broadcast
+        # to it (their outputs are written once).
+        # (an op's position, not its shape: a recipe serves every block of its plan-store
+        # node, whose sizes differ)
+        self.big = max(range(len(ops)), key=lambda j: size_of(ops[j].out.shape))
+        big = size_of(ops[self.big].out.shape)
+        self.singles = frozenset(j for j, op in enumerate(ops) if big > 1 and size_of(op.out.shape) == 1)
+        self.single_outputs = tuple(m for m, j in enumerate(self.needed) if j in self.singles)
         self.kernels: dict[tuple, tuple] = {}
 
 
@@ -505,9 +540,7 @@ def run_around_failures(server: FusionServer, ops: list) -> None:
         else:
             clean.append(op)
     if cause is not None:
-        err = TensorFailedError(f"block ({', '.join(names)}) not run: its input tensor {cause.ir.id} failed: "
-                                f"{cause.storage.error}")
-        err.__cause__ = cause.storage.error
+        err = after_failed_input(f"block ({', '.join(names)})", cause.ir.id, cause.storage.error)
         server.fail_storages([e.storage for e in tainted], err)
     run: list[ElementwiseOp] = []
     for op in [*clean, None]:
@@ -525,11 +558,8 @@ def fail_on_failed_inputs(server: FusionServer, what: str, ops: list, in_entries
     """Mark the outputs failed when an input failed (then the block does not run)."""
     for e in in_entries:
         if e.storage.status == FAILED:
-            err = TensorFailedError(
-                f"{what} ({', '.join(getattr(op, 'name', type(op).__name__) for op in ops)}) not run: "
-                f"its input tensor {e.ir.id} failed: {e.storage.error}"
-            )
-            err.__cause__ = e.storage.error
+            names = ", ".join(getattr(op, "name", type(op).__name__) for op in ops)
+            err = after_failed_input(f"{what} ({names})", e.ir.id, e.storage.error)
             server.fail_storages([o.storage for o in out_entries], err)
             return True
     return False

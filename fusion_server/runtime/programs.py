@@ -78,6 +78,7 @@ class ProgramCache:
         self._kernels: dict[Hashable, BuiltKernel] = {}
         self.compiles = 0
         self.fallbacks: dict[str, str] = {}  # kernel names built as scalar variants: why
+        self.specs: dict[str, Any] = {}  # kernel name -> the spec it was built from (for inspect())
         self.compile_seconds = 0.0
         self._lock = threading.Lock()  # guards counters and `_building`: builds run off the server lock
         self._building: dict[Hashable, threading.Lock] = {}  # keys being built, held by the builder
@@ -173,6 +174,7 @@ class ProgramCache:
             self.compiles += 1
             self.compile_seconds += elapsed
         log.debug("compiled %s in %.1f ms", name, elapsed * 1e3)
+        self.specs[name] = key
         return kernel
 
 
