@@ -9,7 +9,7 @@ Variants, all timed in one process as "compute and wait" (no host read for devic
 - hand-written: one OpenCL kernel written for this expression, vector loads and stores
                 (the width and access of the server's kernels on the device),
                 one vector per work-item and a scalar tail (enqueue + finish)
-- pyopencl.array: the expression on pyopencl.array.Array, same queue (ops + finish)
+- pyopencl.array: the expression on pyopencl.array.Array with pyopencl's MemoryPool, same queue (ops + finish)
 - numexpr:      numexpr.evaluate into a preallocated output (skipped when not installed)
 - numpy:        the expression on numpy arrays
 
@@ -28,6 +28,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 import pyopencl.clmath as clmath
+import pyopencl.tools as cl_tools
 
 import clients
 
@@ -193,7 +194,10 @@ def variants(a: np.ndarray, b: np.ndarray, c: np.ndarray, tensors: tuple,
         clients.sync()
         return out  # kept alive until the sync: a dropped result is never computed
 
-    ga, gb, gc_ = (cla.to_device(queue, x) for x in (a, b, c))
+    # With pyopencl's memory pool, as its users run it: each op's output then reuses a
+    # freed buffer instead of a fresh 64 MiB allocation.
+    pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(queue))
+    ga, gb, gc_ = (cla.to_device(queue, x, allocator=pool) for x in (a, b, c))
 
     def pyopencl_array() -> cla.Array:
         out = chain(ga, gb, gc_, clmath)

@@ -554,11 +554,16 @@ class FusionServer:
         work-groups then shrink until every core gets several: a CPU driver runs a
         work-group on one core, and 1024 rows in one group of 1024 left the other idle
         (a row reduction over 1024 x 1024 read at 0.28 of the bandwidth limit, then 0.50)."""
+        local = self.group_size(items, heavy)
+        self.launch_grid(kernel, (items + local - 1) // local * local, local, args, kind, ops, bindings, items)
+
+    def group_size(self, items: int, heavy: bool = False) -> int:
+        """The work-group size of a launch of `items` work-items (see `launch`)."""
         local = self.runtime.local_size
         if heavy and self.info.kind == "CPU":
             while local > 1 and items < 4 * self.info.compute_units * local:
                 local //= 2
-        self.launch_grid(kernel, (items + local - 1) // local * local, local, args, kind, ops, bindings, items)
+        return local
 
     def launch_grid(
         self, kernel: cl.Kernel, global_size: int, local: int, args: list, kind: str, ops: list[str],
