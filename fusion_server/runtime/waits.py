@@ -73,9 +73,7 @@ def wait(event: cl.Event | None) -> None:
     # the same, but pyopencl then blocks when the event object is freed, until the
     # command completes: an interrupted wait would still last as long as the kernel.)
     done = threading.Event()
-    helper = threading.Thread(target=_wait_then_set, args=(event, done), daemon=True, name="fusion-wait")
-    _helpers.add(helper)
-    helper.start()
+    threading.Thread(target=_wait_then_set, args=(event, done), daemon=True, name="fusion-wait").start()
     while not done.wait(POLL_SECONDS):
         pass
 
@@ -84,6 +82,7 @@ _helpers: set[threading.Thread] = set()  # waiting in the driver for an interrup
 
 
 def _wait_then_set(event: cl.Event, done: threading.Event) -> None:
+    _helpers.add(threading.current_thread())  # (here, not in the caller: an interrupt cannot fall in between)
     try:
         event.wait()
     finally:
@@ -98,4 +97,5 @@ def drain_at_exit(queue: cl.CommandQueue) -> None:
     finalizes would be killed inside the driver's C++ code, which aborts the process."""
     queue.finish()
     for helper in list(_helpers):
-        helper.join(10)
+        if helper is not threading.current_thread():
+            helper.join(10)
