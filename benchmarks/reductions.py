@@ -153,7 +153,7 @@ def hand_written(queue: cl.CommandQueue, ga: cla.Array, gb: cla.Array) -> dict[s
     if device.type & cl.device_type.GPU:
         g_rows, l_rows = dtime.launch_size(device, rows, 64)
     else:
-        local = clients.client_for().server.group_size(rows, heavy=True)
+        local = clients.client_for().server.ctx.group_size(rows, heavy=True)
         g_rows, l_rows = ((rows + local - 1) // local * local,), (local,)
     g_nv, l_nv = dtime.launch_size(device, nv)
     scratch = cl.LocalMemory(4 * group)

@@ -30,7 +30,7 @@ def resolve(x: Tensor) -> cla.Array:
 
     def pin(server):
         entry = server.resolve(x._id)
-        return entry.storage, array_of(server, entry)
+        return entry.storage, array_of(server.ctx, entry)
 
     storage, array = client.call(pin)
     weakref.finalize(array, client.unpins.append, storage)

@@ -254,11 +254,6 @@ class FusionClient:
     def set_mode(self, mode: str) -> None:
         """Switch between "lazy" (fused) and "eager" (one kernel per op) for all threads."""
 
-        def switch(server: FusionServer) -> None:
-            if mode not in ("lazy", "eager"):
-                raise ValueError(f"mode must be 'lazy' or 'eager', not {mode!r}")
-            server.flush_all("mode changes")
-            server.mode = mode
-            server.streams.clear()
-
-        self.call(switch)
+        if mode not in ("lazy", "eager"):
+            raise ValueError(f"mode must be 'lazy' or 'eager', not {mode!r}")
+        self.call(lambda server: server.reconfigure("mode changes", mode=mode))

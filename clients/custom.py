@@ -23,10 +23,10 @@ from fusion_server import dtypes as dt
 from fusion_server.codegen import elementwise as cg
 from fusion_server.codegen import expressions as ex
 from fusion_server.compiling import BUILD_OPTIONS
+from fusion_server.context import BlockContext
 from fusion_server.fusers.base import Fuser
 from fusion_server.ir import CustomKernelOp, ElementwiseOp, Scalar, TensorIr
 from fusion_server.runtime.programs import KernelBuildError, build_kernel
-from fusion_server.server import FusionServer
 
 from . import _functions as F
 from .devices import client_for
@@ -229,11 +229,12 @@ def kernel(
     return apply
 
 
-def register_fuser(factory: Callable[[FusionServer], Fuser], device: Any = None) -> None:
-    """Offer every later block of `device`'s streams to a fuser made by `factory(server)`.
+def register_fuser(factory: Callable[[BlockContext], Fuser], device: Any = None) -> None:
+    """Offer every later block of `device`'s streams to a fuser made by `factory(ctx)`.
 
-    The fuser follows the protocol of `fusion_server.fusers.base.Fuser` and competes with
-    the built-in fusers on score; see docs/custom-ops.md for a worked example.
+    The fuser follows the protocol of `fusion_server.fusers.base.Fuser`, sees the
+    device's block context (`fusion_server.context.BlockContext`), and competes with the
+    built-in fusers on score; see docs/custom-ops.md for a worked example.
     """
     client_for(device).call(lambda server: server.add_fuser(factory))
 
@@ -241,12 +242,7 @@ def register_fuser(factory: Callable[[FusionServer], Fuser], device: Any = None)
 def unregister_fusers(device: Any = None) -> None:
     """Remove every fuser added with `register_fuser`."""
 
-    def clear(server: FusionServer) -> None:
-        server.flush_all("fusers changed")
-        server.fuser_factories.clear()
-        server.streams.clear()
-
-    client_for(device).call(clear)
+    client_for(device).call(lambda server: server.reconfigure("fusers changed", fuser_factories=[]))
 
 
 __all__ = ["CustomOpError", "TensorIr", "TensorSpec", "elementwise", "kernel", "register_fuser", "unregister_fusers"]

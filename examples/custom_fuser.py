@@ -41,7 +41,7 @@ def adds_one(k, op):
 
 def main():
     template = PatternFuser("stable_softplus", ["exp", "add", "log"], run, accept=adds_one)
-    clients.custom.register_fuser(lambda server: template.fresh())
+    clients.custom.register_fuser(lambda ctx: template.fresh())
     try:
         a = np.array([-30.0, -1.0, 0.0, 1.0, 30.0, 100.0], np.float32)
         x = clients.asarray(a)

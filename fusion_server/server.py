@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyopencl as cl
 
-from .codegen import elementwise as cg
 from .codegen import expressions as ex
-from .compiling import CompileJob, NeedsCompile
+from .context import BlockContext, KernelRecord, Plan, variant_of  # noqa: F401 (KernelRecord, variant_of: public here too)
 from .errors import FusionError, TensorFailedError, kept
-from .fusers.base import Fuser, GuardedFuser, Plan
+from .fusers.base import Fuser, GuardedFuser
 from .fusers.custom_kernel import CustomKernelPlan
 from .fusers.elementwise import ElementwiseFuser, ElementwisePlan
 from .fusers.matmul import MatmulFuser, MatmulPlan
@@ -40,40 +39,14 @@ from .ir import (
     size_of,
     tensor_inputs,
 )
-from .plans import PlanRejected, PlanStore
+from .plans import PlanStore
 from .runtime import DeviceInfo, DeviceRuntime
-from .runtime.programs import BuiltKernel
 from .runtime.widths import VectorWidths
 from .stream import Stream
 
 log = logging.getLogger("fusion_server")
 
 MODES = ("lazy", "eager")
-
-
-@dataclass
-class KernelRecord:
-    """One launch, as `inspect()` shows it."""
-
-    kind: str  # "elementwise", "custom", ...
-    ops: list[str]  # names of the ops it computes
-    bindings: int  # buffers + scalar and metadata arguments
-    name: str
-    items: int  # work-items launched
-    event: cl.Event | None = None
-    why: str = ""  # which fuser took the block, the competing scores, why the block closed
-    fallback: str = ""  # set when the kernel is the scalar variant: why the vector build failed
-    variant: str = ""  # how the kernel was generated: strategy, vector width (see variant_of)
-
-    @property
-    def device_seconds(self) -> float | None:
-        """The kernel's run time on the device, once it has completed, with FUSION_PROFILE=1."""
-        if self.event is None:
-            return None
-        try:
-            return (self.event.profile.end - self.event.profile.start) * 1e-9
-        except cl.Error:  # not profiled, or not finished
-            return None
 
 
 @dataclass
@@ -106,21 +79,17 @@ class _ThreadEndMark:
         self.inbox.append(self.stream_id)  # no lock: the next locked section flushes it
 
 
-def variant_of(spec) -> str:
-    """How a kernel was generated, in words, from the spec it was built from."""
-    from .codegen import matmul as mg
-    from .codegen import reduce as rg
+class _OnContext:
+    """A server setting kept on its block context, where fusers and plans read it."""
 
-    if isinstance(spec, cg.KernelSpec):
-        return f"width {spec.width}"
-    if isinstance(spec, rg.ReduceSpec):
-        parts = f", {spec.width // spec.acc_width} accumulators" if spec.acc_width else ""
-        return f"{spec.strategy}, width {spec.width}{parts}"
-    if isinstance(spec, mg.MatmulSpec):
-        if spec.strategy == "rows":
-            return f"rows, {spec.vector_bytes}-byte vectors"
-        return f"tiled, tile {spec.tile}"
-    return ""
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, server, owner=None):
+        return self if server is None else getattr(server.ctx, self.name)
+
+    def __set__(self, server, value) -> None:
+        setattr(server.ctx, self.name, value)
 
 
 def _env_int(name: str) -> int | None:
@@ -135,6 +104,16 @@ def _env_int(name: str) -> int | None:
 
 class FusionServer:
     """Queues ops per stream, fuses them, and launches kernels on one device."""
+
+    widths = _OnContext()
+    max_bindings = _OnContext()
+    reduce_strategy = _OnContext()
+    matmul_strategy = _OnContext()
+    compile_under_lock = _OnContext()
+    build_fallback = _OnContext()
+    counters = _OnContext()
+    recorders = _OnContext()
+    in_flight = _OnContext()
 
     def __init__(
         self,
@@ -159,33 +138,25 @@ class FusionServer:
         self.mode = mode or os.environ.get("FUSION_MODE", "lazy").strip() or "lazy"
         if self.mode not in MODES:
             raise FusionError(f"FUSION_MODE={self.mode!r}: expected one of {MODES}")
-        self.max_bindings = max_bindings or _env_int("FUSION_MAX_BINDINGS") or info.max_bindings
-        if self.max_bindings < 6:
-            raise FusionError(f"max bindings {self.max_bindings} is below 6, the most one op needs")
-        self.max_ops = max_ops or _env_int("FUSION_MAX_OPS") or 64
-        self.compile_under_lock = False  # True only for callers that cannot release it
-        # None: per device ("group" on GPUs for long rows, else "loop"); tests force either.
-        self.reduce_strategy: str | None = None
-        self.matmul_strategy: str | None = None  # likewise: "tiled" (GPUs) or "rows" (CPUs)
+        bindings = max_bindings or _env_int("FUSION_MAX_BINDINGS") or info.max_bindings
+        if bindings < 6:
+            raise FusionError(f"max bindings {bindings} is below 6, the most one op needs")
         # Elements per work-item where layouts allow, per element size: what the device
         # qualified (see fusion_server/qualification), else what it prefers.
-        self.widths = widths or VectorWidths.uniform(info.vector_width)
-        # A kernel whose vector build fails is built again as scalar code before its block
-        # fails (off while qualifying, where a failing vector build is the finding).
-        self.build_fallback = True
-        self.fuser_factories: list[Callable[[FusionServer], Fuser]] = []
+        widths = widths or VectorWidths.uniform(info.vector_width)
+        # What streams, fusers and plans see of this server (the settings below live there).
+        self.ctx = BlockContext(info, self.handles, self.runtime, widths, bindings, self._single, self.drain_drops)
+        self.max_ops = max_ops or _env_int("FUSION_MAX_OPS") or 64
+        self.fuser_factories: list[Callable[[BlockContext], Fuser]] = []
         # Stored decisions of the fusers, per fuser configuration (see plans.py).
         self.plan_stores: dict[tuple, PlanStore] = {}
         self.plan_store_enabled = os.environ.get("FUSION_PLAN_STORE", "1").strip() != "0"
         self._thread_marks = threading.local()
         self.ended_streams: deque[int] = deque()  # filled by _ThreadEndMark, without the lock
-        self.recorders: list[Recorder] = []
-        self.block_note = ""  # set by the stream for the block being launched (inspect() only)
-        self.in_flight: Plan | None = None  # the block being run, until its stream has dropped its ops
         self.running_ahead: dict[int, ReduceOp] = {}  # reductions run ahead of their stream's queue
         self.reductions: dict[tuple, int] = {}  # a reduction's signature -> the id of its latest result
         self.pinned: set[Storage] = set()  # storages whose buffers resolved arrays hold
-        self.counters = {
+        self.counters.update({
             "ops_registered": 0,
             "kernels_launched": 0,
             "inplace_reuses": 0,
@@ -196,7 +167,7 @@ class FusionServer:
             "uploads": 0,
             "reads": 0,
             "failed_blocks": 0,
-        }
+        })
 
     # -- streams ------------------------------------------------------------------
     def _make_fusers(self) -> list[Fuser]:
@@ -205,7 +176,7 @@ class FusionServer:
         if self.mode != "eager":
             fusers.append(ReduceFuser(self.max_bindings, ops))
             fusers.append(MatmulFuser(self.max_bindings, ops))
-            fusers.extend(GuardedFuser(factory(self)) for factory in self.fuser_factories)
+            fusers.extend(GuardedFuser(factory(self.ctx)) for factory in self.fuser_factories)
         return fusers
 
     def _single(self, op: OperationIr) -> Plan:
@@ -237,7 +208,7 @@ class FusionServer:
         """The calling thread's stream (`stream_id` is its thread id)."""
         s = self.streams.get(stream_id)
         if s is None:
-            s = self.streams[stream_id] = Stream(stream_id, self._make_fusers(), self._single, self._plan_store())
+            s = self.streams[stream_id] = Stream(stream_id, self._make_fusers(), self._plan_store())
             if getattr(self._thread_marks, "mark", None) is None:
                 self._thread_marks.mark = _ThreadEndMark(self.ended_streams, stream_id)
         return s
@@ -248,12 +219,31 @@ class FusionServer:
             self.flush_stream(self.ended_streams[0], "its thread ended")
             self.ended_streams.popleft()  # only once flushed (a flush may need a compile first)
 
-    def add_fuser(self, factory: Callable[[FusionServer], Fuser]) -> None:
-        """Offer every later block to a fuser made by `factory` too (streams are renewed)."""
-        for sid in list(self.streams):
-            self.flush_stream(sid, "fusers changed")
-        self.fuser_factories.append(factory)
+    # What `reconfigure` may change: what streams are made with.
+    SETTINGS = ("mode", "max_bindings", "max_ops", "widths", "reduce_strategy", "matmul_strategy",
+                "fuser_factories", "plan_store_enabled", "build_fallback")
+
+    def reconfigure(self, why: str = "settings change", **settings) -> dict:
+        """Run every stream's queue, change `settings` (names in SETTINGS), and drop the
+        streams: the next op of each thread makes a stream with the new fusers and
+        limits. Returns the values replaced. May stop for a kernel build and be called
+        again (nothing changes before every queue has run)."""
+        unknown = sorted(set(settings) - set(self.SETTINGS))
+        if unknown:
+            raise FusionError(f"not a server setting: {', '.join(unknown)} (settings: {', '.join(self.SETTINGS)})")
+        mode = settings.get("mode", self.mode)
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        self.flush_all(why)
+        old = {name: getattr(self, name) for name in settings}
+        for name, value in settings.items():
+            setattr(self, name, value)
         self.streams.clear()
+        return old
+
+    def add_fuser(self, factory: Callable[[BlockContext], Fuser]) -> None:
+        """Offer every later block to a fuser made by `factory(ctx)` too."""
+        self.reconfigure("fusers changed", fuser_factories=[*self.fuser_factories, factory])
 
     # -- registering work -----------------------------------------------------------
     def register(self, stream_id: int, op: OperationIr) -> None:
@@ -275,7 +265,7 @@ class FusionServer:
             if ahead is not None:
                 self._run_ahead(ahead)
             else:
-                self.stream(stream_id).advance(self)
+                self.stream(stream_id).advance(self.ctx)
             return
         if type(op) is ReduceOp and self._same_reduction(op, reads):
             return
@@ -305,14 +295,12 @@ class FusionServer:
             # (`(b - min(b)) / (max(b) - min(b))`: two reductions and one element-wise kernel).
             self._run_ahead(op)
             return
-        stream.register(op, self)
+        stream.register(op, self.ctx)
 
     def _run_ahead(self, op: ReduceOp) -> None:
         self.running_ahead[op.out.id] = op  # (a build it needs makes the client register it again)
-        if self.recorders:
-            self.block_note = ("runs alone, ahead of the open block: a full reduction of computed values, "
-                               "whose result the block can read")
-        self.run_plan(self._single(op))
+        self.ctx.run_plan(self._single(op), "runs alone, ahead of the open block: a full reduction of "
+                                            "computed values, whose result the block can read")
         del self.running_ahead[op.out.id]
 
     def _same_reduction(self, op: ReduceOp, reads: list) -> bool:
@@ -353,7 +341,7 @@ class FusionServer:
         """A tensor holding a copy of `host` (C-contiguous, ir's dtype); never waits."""
         self.counters["uploads"] += 1
         storage = self.handles.new_storage(host.nbytes, READY)
-        self.allocate(storage)
+        self.ctx.allocate(storage)
         self.handles.add(ir, storage)
         if host.nbytes:
             self.runtime.upload(storage.buffer, host)
@@ -371,47 +359,7 @@ class FusionServer:
         storage.owned = False  # the owner's buffer: ours to read, not to recycle
         self.handles.add(ir, storage, strides, offset)
 
-    # -- running blocks ---------------------------------------------------------------
-    def run_plan(self, plan: Plan) -> None:
-        """Execute a plan, then retire its ops. NeedsCompile passes through untouched.
-
-        Whatever the block raises fails only its outputs (invariant 6), KeyboardInterrupt
-        and SystemExit from a launch function too: those are raised again once the block
-        is retired, and the stream drops the block either way, so it never runs again."""
-        if self.drops:  # which values are still alive decides what the block writes
-            self.drain_drops()
-        self.in_flight = plan  # until the stream has dropped its ops (see recover)
-        try:
-            plan.execute(self)
-        except (NeedsCompile, PlanRejected):
-            self.in_flight = None
-            raise  # nothing has changed: the caller builds the kernel and resumes, or explores
-        except BaseException as exc:  # whatever failed, only this block's outputs carry it
-            log.debug("block failed: %r", exc)
-            self._fail_block(plan, exc)
-            self.counters["blocks"] += 1
-            self.retire(plan.ops)
-            if not isinstance(exc, Exception):
-                raise  # an interrupt or an exit: acted on once, after the block is settled
-            return
-        self.counters["blocks"] += 1
-        self.retire(plan.ops)
-
-    def _fail_block(self, plan: Plan, exc: BaseException) -> None:
-        """Fail every output of `plan` still to be written, with `exc` as the cause."""
-        names = ", ".join(getattr(o, "name", "?") for o in plan.ops)
-        if isinstance(exc, FusionError):
-            err = exc
-        elif isinstance(exc, Exception):
-            err = TensorFailedError(f"block ({names}) failed: {exc}")
-        else:
-            err = TensorFailedError(f"block ({names}) was interrupted by {type(exc).__name__}")
-        if err is not exc:
-            err.__cause__ = kept(exc)  # (for an interrupt or an exit still on its way up: a copy)
-        entries = self.handles.entries
-        self.fail_storages([entries[o.id].storage for op in plan.ops for o in outputs_of(op)
-                            if o.id in entries and entries[o.id].storage.status != READY], err)
-
+    # -- recovering --------------------------------------------------------------------
     def recover(self, cause: BaseException) -> None:
         """Make the bookkeeping consistent again after `cause` interrupted a locked section
         at any point (a signal handler's exception lands between any two byte codes).
@@ -430,7 +378,7 @@ class FusionServer:
                 if len(queue) >= len(plan.ops) and all(a is b for a, b in zip(queue, plan.ops)):
                     stream.queue = queue[len(plan.ops):]
                     break
-            self._fail_block(plan, cause)
+            self.ctx.fail_block(plan, cause)
             self.in_flight = None
         self.running_ahead.clear()  # (their outputs are written by no queue: they fail below)
         writers: dict[int, int] = {}
@@ -448,7 +396,7 @@ class FusionServer:
                 for t in ins:
                     readers[t] = readers.get(t, 0) + 1
             stream.queue = remaining
-            stream.restart(self)
+            stream.restart(self.ctx)
         err = TensorFailedError(f"interrupted by {type(cause).__name__} before this value was computed")
         err.__cause__ = kept(cause)
         orphans = []
@@ -461,7 +409,7 @@ class FusionServer:
                 else:
                     orphans.append(st)
         if orphans:
-            self.fail_storages(orphans, err)
+            self.ctx.fail(orphans, err)
         for entry in list(entries.values()):
             if not entry.alive and not entry.readers:
                 self.handles.maybe_release(entry)
@@ -469,126 +417,11 @@ class FusionServer:
         held |= {id(st.buffer) for st in self.pinned if st.buffer is not None}
         self.runtime.pool.reconcile(held)
 
-    def retire(self, ops: list[OperationIr]) -> None:
-        """The ops ran (or failed): drop their reads and settle what they produced."""
-        entries = self.handles.entries
-        release = self.handles.maybe_release
-        for op in ops:
-            elementwise = type(op) is ElementwiseOp
-            for tid in op.inputs if elementwise else tensor_inputs(op):
-                if type(tid) is int:
-                    e = entries.get(tid)
-                    if e is not None:
-                        e.readers -= 1
-                        if not e.alive and not e.readers:
-                            release(e)
-            for out in (op.out,) if elementwise else outputs_of(op):
-                e = entries.get(out.id)
-                if e is None:
-                    continue
-                st = e.storage
-                if st.status == PENDING:
-                    st.status = READY  # a value nobody needed: it never got a buffer
-                st.stream = None
-                if not e.alive and not e.readers:
-                    release(e)
-
-    def fail_storages(self, storages: list[Storage], error: BaseException) -> None:
-        """Mark `storages` failed with `error`. A failed value holds its error, not a
-        buffer: one it had goes back to the pool now (the in-order queue runs any kernel
-        already enqueued into it before a later user of the buffer)."""
-        self.counters["failed_blocks"] += 1
-        error = kept(error)  # (no traceback: see errors.kept)
-        free = self.runtime.pool.free
-        for st in storages:
-            st.status = FAILED
-            st.error = error
-            st.stream = None
-            buf = st.buffer
-            if buf is not None and st.owned and not st.pins:
-                st.buffer = None
-                free(buf, st.nbytes)
-
-    def mark_ready(self, storages: list[Storage]) -> None:
-        for st in storages:
-            st.status = READY
-            st.stream = None
-
-    def allocate(self, storage: Storage) -> cl.Buffer:
-        storage.buffer = self.runtime.pool.alloc(storage.nbytes)
-        return storage.buffer
-
-    def kernel_for(self, spec: cg.KernelSpec) -> cl.Kernel:
-        """The built kernel for `spec`; NeedsCompile when it must be built first.
-
-        Building takes long (150 ms on PoCL), so it happens outside the server lock: the
-        client catches NeedsCompile, releases the lock, builds, and resumes. With
-        `compile_under_lock` the build happens right here instead. The kernel may be
-        the scalar variant of `spec` (see `built_for`).
-        """
-        return self.built_for(spec).kernel
-
-    def built_for(self, spec) -> BuiltKernel:
-        """`kernel_for`, with the spec that was actually built: `spec` itself, or its
-        scalar variant when the vector build failed (the plan launches by that one)."""
-        programs = self.runtime.programs
-        built = programs.get(spec)
-        if built is None:
-            failure = programs.failed.get(spec)
-            if failure is not None:
-                raise failure
-            job = CompileJob(programs, spec, self.build_fallback)
-            if not self.compile_under_lock:
-                raise NeedsCompile(job)
-            job.run()
-            return self.built_for(spec)
-        return built
-
-    def launch(
-        self, kernel: cl.Kernel, items: int, args: list, kind: str, ops: list[str], bindings: int,
-        heavy: bool = False,
-    ) -> None:
-        """Enqueue `kernel` over `items` work-items (padded to whole work-groups).
-
-        `heavy`: each work-item does much work (a whole row of a reduction). On CPUs,
-        work-groups then shrink until every core gets several: a CPU driver runs a
-        work-group on one core, and 1024 rows in one group of 1024 left the other idle
-        (a row reduction over 1024 x 1024 read at 0.28 of the bandwidth limit, then 0.50)."""
-        local = self.group_size(items, heavy)
-        self.launch_grid(kernel, (items + local - 1) // local * local, local, args, kind, ops, bindings, items)
-
-    def group_size(self, items: int, heavy: bool = False) -> int:
-        """The work-group size of a launch of `items` work-items (see `launch`)."""
-        local = self.runtime.local_size
-        if heavy and self.info.kind == "CPU":
-            while local > 1 and items < 4 * self.info.compute_units * local:
-                local //= 2
-        return local
-
-    def launch_grid(
-        self, kernel: cl.Kernel, global_size: int, local: int, args: list, kind: str, ops: list[str],
-        bindings: int, items: int | None = None,
-    ) -> None:
-        """Enqueue `kernel` with an explicit global and work-group size."""
-        event = kernel(self.runtime.queue, (global_size,), (local,), *args)
-        self.note_launch(kind, ops, bindings, kernel.function_name, items or global_size, event)
-
-    def note_launch(
-        self, kind: str, ops: list[str], bindings: int, name: str, items: int, event: cl.Event | None = None
-    ) -> None:
-        self.counters["kernels_launched"] += 1
-        if self.recorders:
-            programs = self.runtime.programs
-            record = KernelRecord(kind, ops, bindings, name, items, event, self.block_note,
-                                  programs.fallbacks.get(name, ""), variant_of(programs.specs.get(name)))
-            for rec in self.recorders:
-                rec.kernels.append(record)
-
     # -- flushing and reading ----------------------------------------------------------
     def flush_stream(self, stream_id: int | None, why: str = "flush") -> None:
         s = self.streams.get(stream_id)
         if s is not None:
-            s.flush(self, why)
+            s.flush(self.ctx, why)
             if not s.queue:
                 del self.streams[stream_id]
 
@@ -639,7 +472,7 @@ class FusionServer:
         self.ensure_written(tid)
         entry = self.handles.get(tid)
         if entry.storage.buffer is None:  # size 0, or a value nobody else needed yet
-            self.allocate(entry.storage)
+            self.ctx.allocate(entry.storage)
         entry.storage.pins += 1
         self.pinned.add(entry.storage)
         return entry

@@ -42,19 +42,11 @@ def server_settings(**settings):
     """Temporarily change server attributes (max_bindings, max_ops, mode); streams renew."""
     c = clients.client_for()
 
-    def apply(server, values):
-        server.flush_all("settings change")
-        old = {k: getattr(server, k) for k in values}
-        for k, v in values.items():
-            setattr(server, k, v)
-        server.streams.clear()
-        return old
-
-    old = c.call(apply, settings)
+    old = c.call(lambda server: server.reconfigure(**settings))
     try:
         yield c.server
     finally:
-        c.call(apply, old)
+        c.call(lambda server: server.reconfigure(**old))
 
 
 def assert_variants(rec, kind: str, prefix: str, at_least: int = 1) -> None:

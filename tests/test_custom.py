@@ -279,7 +279,7 @@ def _double_plus_one_fuser():
 
 def test_custom_fuser_claims_its_pattern_and_competes():
     template = _double_plus_one_fuser()
-    clients.custom.register_fuser(lambda server: template.fresh())
+    clients.custom.register_fuser(lambda ctx: template.fresh())
     try:
         a = rand(100)
         x = clients.asarray(a)

@@ -72,14 +72,14 @@ def test_failed_block_marks_only_its_outputs(server):
     x = clients.asarray(a)
     good = clients.exp(x)
     good.numpy()
-    original = server.built_for
+    original = server.ctx.built_for
 
     def broken(spec):
         if any(op.name == "tan" for op in spec.ops):
             raise RuntimeError("injected build failure")
         return original(spec)
 
-    server.built_for = broken
+    server.ctx.built_for = broken
     try:
         bad = clients.tan(x) * 2.0
         with pytest.raises(clients.TensorFailedError, match="tan, multiply.*injected build failure") as info:
@@ -89,7 +89,7 @@ def test_failed_block_marks_only_its_outputs(server):
         with pytest.raises(clients.TensorFailedError, match="an input failed .*the first failure: .*injected"):
             later.numpy()
     finally:
-        del server.built_for
+        del server.ctx.built_for
     np.testing.assert_allclose(good.numpy(), np.exp(a), rtol=1e-6)
     server_still_works()
     assert clients.stats()["failed_blocks"] >= 2

@@ -388,16 +388,16 @@ def test_a_custom_fuser_whose_offer_raises_leaks_nothing(client):
         def score(self):
             return 0
 
-        def offer(self, op, server):
+        def offer(self, op, ctx):
             raise ValueError("injected: this fuser cannot look at ops")
 
-        def finish(self, server):
+        def finish(self, ctx):
             raise AssertionError("never chosen")
 
     a = rand(128)
     x = clients.asarray(a)
     before = _counts()
-    clients.custom.register_fuser(lambda server: Broken())
+    clients.custom.register_fuser(lambda ctx: Broken())
     try:
         for _ in range(10):
             np.testing.assert_allclose((x * 2.0 + 1.0).numpy(), a * 2 + 1, rtol=1e-6)

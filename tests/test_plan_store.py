@@ -204,7 +204,7 @@ def test_custom_fusers_turn_the_store_off(fresh_store):
     def launch(queue, inputs, out, scalars):
         raise AssertionError("never chosen: the pattern below never completes")
 
-    clients.custom.register_fuser(lambda server: PatternFuser("never", ["sin", "cos", "tan"], launch))
+    clients.custom.register_fuser(lambda ctx: PatternFuser("never", ["sin", "cos", "tan"], launch))
     try:
         x = clients.asarray(rand(10))
         before = counts()

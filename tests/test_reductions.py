@@ -734,13 +734,13 @@ def test_row_reductions_spread_over_every_cpu_core(server, monkeypatch):
     if server.info.kind != "CPU":
         pytest.skip("the work-group size of heavy launches changes on CPU devices only")
     launches = []
-    real = server.launch_grid
+    real = server.ctx.launch
 
     def spy(kernel, global_size, local, *rest, **kw):
         launches.append((global_size, local))
         return real(kernel, global_size, local, *rest, **kw)
 
-    monkeypatch.setattr(server, "launch_grid", spy)
+    monkeypatch.setattr(server.ctx, "launch", spy)
     a = rand((1024, 64))
     with server_settings(reduce_strategy="loop"):
         assert_tensor(clients.sum(clients.asarray(a), axis=1), a.sum(axis=1))

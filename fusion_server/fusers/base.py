@@ -9,22 +9,12 @@ again. An op that no fuser takes runs alone.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol
 
+from ..context import BlockContext, Plan
 from ..ir import ElementwiseOp, OperationIr
 
-if TYPE_CHECKING:
-    from ..server import FusionServer
-
-
-@runtime_checkable
-class Plan(Protocol):
-    """Executable work for a prefix of a stream's queue."""
-
-    ops: list[OperationIr]
-
-    def execute(self, server: FusionServer) -> None:
-        """Enqueue the work (never wait). Called with the server lock held."""
+__all__ = ["Fuser", "GuardedFuser", "LimitedFuser", "Plan", "uses_flat_index"]
 
 
 class Fuser(Protocol):
@@ -34,17 +24,21 @@ class Fuser(Protocol):
     closed: bool
     close_reason: str
 
-    def offer(self, op: OperationIr, server: FusionServer) -> bool:
+    def offer(self, op: OperationIr, ctx: BlockContext) -> bool:
         """Accept `op` (True) or close (False). Called with the server lock held."""
 
     def score(self) -> int:
         """How many queued ops `finish` covers; 0 when it cannot produce a plan."""
 
-    def finish(self, server: FusionServer) -> Plan:
+    def finish(self, ctx: BlockContext) -> Plan:
         """A plan for the accepted ops."""
 
     def reset(self) -> None:
         """Forget everything; open again."""
+
+    # Optional: `replay(ops, cache) -> Plan | None`, the plan for a block the plan store
+    # recorded, without offering its ops again; for a fuser whose rules look at nothing
+    # the store's signatures leave out. `cache` is the store node's dict, kept with it.
 
 
 class LimitedFuser:
@@ -99,11 +93,11 @@ class GuardedFuser:
     def close_reason(self, value: str) -> None:
         self.inner.close_reason = value
 
-    def offer(self, op: OperationIr, server: FusionServer) -> bool:
+    def offer(self, op: OperationIr, ctx: BlockContext) -> bool:
         if self.closed:
             return False
         try:
-            return bool(self.inner.offer(op, server))
+            return bool(self.inner.offer(op, ctx))
         except BaseException as exc:
             self.reason = f"fuser {self.name} raised {exc!r}"
             if not isinstance(exc, Exception):
@@ -119,9 +113,9 @@ class GuardedFuser:
             self.reason = f"fuser {self.name} raised {exc!r}"
             return 0
 
-    def finish(self, server: FusionServer) -> Plan:
+    def finish(self, ctx: BlockContext) -> Plan:
         try:
-            return self.inner.finish(server)
+            return self.inner.finish(ctx)
         except BaseException as exc:
             self.broken = f"fuser {self.name} raised {exc!r} in finish(); left out since"
             raise

@@ -9,22 +9,18 @@ are written; the rest stay in registers, and ops nobody needs are not computed.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..codegen import elementwise as cg
 from ..codegen.expressions import SCALAR_EXPRS, needs_scalar_code
 from ..codegen.layout import broadcast_strides, classify, collapse
-from ..compiling import NeedsCompile
+from ..context import BlockContext
 from ..errors import TensorFailedError, after_failed_input
 from ..handles import FAILED, PENDING, Entry
 from ..ir import ElementwiseOp, OperationIr, outputs_of, size_of, tensor_inputs
 from ..plans import PlanRejected
 from .base import LimitedFuser
-
-if TYPE_CHECKING:
-    from ..server import FusionServer
 
 log = logging.getLogger("fusion_server")
 
@@ -59,9 +55,8 @@ class ElementwiseFuser(LimitedFuser):
     def score(self) -> int:
         return len(self.ops)
 
-    def _count_outputs(self, server: FusionServer) -> int:
-        server.drain_drops()  # the count looks at which values are still alive
-        entries = server.handles.entries
+    def _count_outputs(self, ctx: BlockContext) -> int:
+        entries = ctx.live_values()  # the count looks at which values are still alive
         reads: dict[int, int] = {}
         for op in self.ops:
             for operand in op.inputs:
@@ -74,7 +69,7 @@ class ElementwiseFuser(LimitedFuser):
                 count += 1  # (counts a value read through a flat alias: an upper bound)
         return count
 
-    def offer(self, op: OperationIr, server: FusionServer) -> bool:
+    def offer(self, op: OperationIr, ctx: BlockContext) -> bool:
         if self.closed:
             return False
         if type(op) is not ElementwiseOp:
@@ -82,7 +77,7 @@ class ElementwiseFuser(LimitedFuser):
         shape = op.out.shape
         ops = self.ops
         size = self.size
-        entries = server.handles.entries
+        entries = ctx.entries
         single = size_of(shape) == 1 and _single_value(op, entries)
         grows = False
         if ops:
@@ -134,7 +129,7 @@ class ElementwiseFuser(LimitedFuser):
         # n, the metadata buffer, inputs, scalars, outputs.
         fixed = 1 + meta + len(inputs) + len(new_ids) + self.n_scalars + new_scalars
         if ops and fixed + self.outputs_bound + 1 > self.max_bindings:
-            self.outputs_bound = self._count_outputs(server)
+            self.outputs_bound = self._count_outputs(ctx)
             if fixed + self.outputs_bound + 1 > self.max_bindings:
                 # (A lone op always runs, whatever it needs.)
                 return self._close(f"binding limit ({self.max_bindings}) reached")
@@ -155,8 +150,14 @@ class ElementwiseFuser(LimitedFuser):
         self.outputs_bound += 1
         return True
 
-    def finish(self, server: FusionServer) -> ElementwisePlan:
+    def finish(self, ctx: BlockContext) -> ElementwisePlan:
         return ElementwisePlan(list(self.ops), self.max_bindings)
+
+    def replay(self, ops: list[ElementwiseOp], cache: dict) -> ElementwisePlan:
+        """The plan for a stored block, without offering its ops again: the store's
+        signatures fix everything the rules look at but the binding count, which the
+        plan checks (and rejects the replay when it is over)."""
+        return ElementwisePlan(ops, self.max_bindings, replayed=True, cache=cache)
 
 
 def _single_value(op: ElementwiseOp, entries: dict) -> bool:
@@ -230,16 +231,16 @@ class ElementwisePlan:
             recipe = cache[key] = _Recipe(ops, needed, aliases)
         return recipe
 
-    def execute(self, server: FusionServer) -> None:
+    def execute(self, ctx: BlockContext) -> None:
         ops = self.ops
-        entries = server.handles.entries
+        entries = ctx.entries
         recipe = self._recipe(entries)
         if not recipe.trace:
             return
         in_entries, scalars = bind_slots(ops, recipe.in_slots, recipe.scalar_slots, entries)
         out_entries = [entries[ops[j].out.id] for j in recipe.needed]
         if any(e.storage.status == FAILED for e in in_entries):
-            run_around_failures(server, ops)
+            run_around_failures(ctx, ops)
             return
 
         # Every op has as many elements, or one value broadcast to the block's; inputs
@@ -267,7 +268,7 @@ class ElementwisePlan:
         rank = 0
         dims: tuple[int, ...] = ()
         layouts = [(e.offset, ()) for e in in_entries]
-        width = 1 if recipe.scalar_code else server.widths.for_dtypes(
+        width = 1 if recipe.scalar_code else ctx.widths.for_dtypes(
             recipe.dtypes.union([e.ir.dtype for e in in_entries]))
         if strided:
             dims, sets = collapse(shape, [strides_of[k] for k in strided])
@@ -299,42 +300,36 @@ class ElementwisePlan:
                 single=recipe.single_outputs,
             )
             bindings = 1 + int(cg.has_metadata(spec)) + len(spec.outputs) + len(in_entries) + len(scalars)
-            try:
-                if bindings > self.max_bindings and len(recipe.live_ops) > 1:
-                    if self.replayed:  # more values alive than when it was stored: explore instead
-                        raise PlanRejected(f"needs {bindings} bindings, over the limit of {self.max_bindings}")
-                    raise RuntimeError(f"needs {bindings} bindings, over the limit of {self.max_bindings}")
-                kernel_spec = server.built_for(spec)  # its scalar variant if the vector build failed
-                built = (kernel_spec.spec, kernel_spec.kernel, bindings)
-            except (NeedsCompile, PlanRejected):
-                raise  # nothing has changed yet: built outside the lock, then this runs again
-            except Exception as exc:  # a compiler error fails this block only (invariant 6)
-                err = TensorFailedError(
-                    f"element-wise block ({', '.join(recipe.names)}) failed to build: {exc}"
-                )
-                err.__cause__ = exc
-                server.fail_storages([e.storage for e in out_entries], err)
+            what = f"element-wise block ({', '.join(recipe.names)})"
+            if bindings > self.max_bindings and len(recipe.live_ops) > 1:
+                over = f"needs {bindings} bindings, over the limit of {self.max_bindings}"
+                if self.replayed:  # more values alive than when it was stored: explore instead
+                    raise PlanRejected(over)
+                ctx.fail([e.storage for e in out_entries], TensorFailedError(f"{what} failed to build: {over}"))
                 return
-            recipe.kernels[key] = built
+            kernel_spec = ctx.build_or_fail(spec, what, out_entries)  # its scalar variant if the vector build failed
+            if kernel_spec is None:
+                return
+            built = recipe.kernels[key] = (kernel_spec.spec, kernel_spec.kernel, bindings)
         spec, kernel, bindings = built
         in_buffers = [e.storage.buffer for e in in_entries]  # before any is donated
         if None in in_buffers:  # a bug, never a crash on the device: fail the block instead
             raise RuntimeError("an input of the block has no buffer")
         try:
             donors = _donors(ops, in_entries, classes)
-            out_buffers = [_take_donor(server, donors, e) or server.allocate(e.storage) for e in out_entries]
+            out_buffers = [_take_donor(ctx, donors, e) or ctx.allocate(e.storage) for e in out_entries]
         except Exception as exc:
-            server.fail_storages([e.storage for e in out_entries], exc)
+            ctx.fail([e.storage for e in out_entries], exc)
             return
         if n:
             args: list = [spec_index_value(index, n)]
             if cg.has_metadata(spec):
-                args.append(server.runtime.metadata_buffer(cg.metadata(spec, dims, layouts)))
+                args.append(ctx.metadata_buffer(cg.metadata(spec, dims, layouts)))
             args.extend(out_buffers)
             args.extend(in_buffers)
             args.extend(scalars)
-            server.launch(kernel, (n + spec.width - 1) // spec.width, args, "elementwise", recipe.names, bindings)
-        server.mark_ready([e.storage for e in out_entries])
+            ctx.launch_items(kernel, (n + spec.width - 1) // spec.width, args, "elementwise", recipe.names, bindings)
+        ctx.mark_ready([e.storage for e in out_entries])
 
 
 class _Recipe:
@@ -519,11 +514,11 @@ def relative_form(ops: list[ElementwiseOp], live: list[bool], entries: dict, fir
     return trace, [entries[tid] for tid in first_inputs] + in_entries, scalars, scalar_dtypes, vmap
 
 
-def run_around_failures(server: FusionServer, ops: list) -> None:
+def run_around_failures(ctx: BlockContext, ops: list) -> None:
     """Some input of a block failed: fail the values that depend on it, and compute the
     rest (ops that share a kernel do not share a failure): element-wise runs as fused
     blocks, any other op as its own plan, in order."""
-    entries = server.handles.entries
+    entries = ctx.entries
     bad = {id(e.storage) for op in ops for t in tensor_inputs(op)
            if (e := entries.get(t)) is not None and e.storage.status == FAILED}
     cause = next((entries[t] for op in ops for t in tensor_inputs(op)
@@ -541,28 +536,17 @@ def run_around_failures(server: FusionServer, ops: list) -> None:
             clean.append(op)
     if cause is not None:
         err = after_failed_input(f"block ({', '.join(names)})", cause.ir.id, cause.storage.error)
-        server.fail_storages([e.storage for e in tainted], err)
+        ctx.fail([e.storage for e in tainted], err)
     run: list[ElementwiseOp] = []
     for op in [*clean, None]:
         if type(op) is ElementwiseOp:
             run.append(op)
             continue
         if run:
-            ElementwisePlan(run, server.max_bindings).execute(server)
+            ElementwisePlan(run, ctx.max_bindings).execute(ctx)
             run = []
         if op is not None:
-            server._single(op).execute(server)
-
-
-def fail_on_failed_inputs(server: FusionServer, what: str, ops: list, in_entries: list, out_entries: list) -> bool:
-    """Mark the outputs failed when an input failed (then the block does not run)."""
-    for e in in_entries:
-        if e.storage.status == FAILED:
-            names = ", ".join(getattr(op, "name", type(op).__name__) for op in ops)
-            err = after_failed_input(f"{what} ({names})", e.ir.id, e.storage.error)
-            server.fail_storages([o.storage for o in out_entries], err)
-            return True
-    return False
+            ctx.single_plan(op).execute(ctx)
 
 
 def _donors(ops: list[ElementwiseOp], in_entries: list[Entry], classes: list[str]) -> list[Entry]:
@@ -579,7 +563,7 @@ def _donors(ops: list[ElementwiseOp], in_entries: list[Entry], classes: list[str
     return donors
 
 
-def _take_donor(server: FusionServer, donors: list[Entry], out: Entry):
+def _take_donor(ctx: BlockContext, donors: list[Entry], out: Entry):
     """The buffer of a donor matching `out` in size and element size, moved to `out`."""
     for k, donor in enumerate(donors):
         st = donor.storage
@@ -587,7 +571,7 @@ def _take_donor(server: FusionServer, donors: list[Entry], out: Entry):
             del donors[k]
             # Same size: the pool's accounting holds; the donor hands nothing back later.
             out.storage.buffer, st.buffer = st.buffer, None
-            server.counters["inplace_reuses"] += 1
+            ctx.counters["inplace_reuses"] += 1
             return out.storage.buffer
     return None
 

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from ..codegen import elementwise as cg
 from ..codegen import epilogue as ep
 from ..codegen import matmul as mg
 from ..codegen.layout import broadcast_strides
-from ..compiling import NeedsCompile
-from ..errors import TensorFailedError
+from ..context import BlockContext
 from ..handles import FAILED, PENDING
 from ..ir import ElementwiseOp, MatmulOp, OperationIr, size_of
 from .base import LimitedFuser, uses_flat_index
@@ -23,9 +20,6 @@ from .elementwise import (
     relative_form,
     run_around_failures,
 )
-
-if TYPE_CHECKING:
-    from ..server import FusionServer
 
 
 class MatmulFuser(LimitedFuser):
@@ -42,10 +36,10 @@ class MatmulFuser(LimitedFuser):
     def score(self) -> int:
         return 0 if self.matmul is None else 1 + len(self.epilogue)
 
-    def offer(self, op: OperationIr, server: FusionServer) -> bool:
+    def offer(self, op: OperationIr, ctx: BlockContext) -> bool:
         if self.closed:
             return False
-        entries = server.handles.entries
+        entries = ctx.entries
         if self.matmul is None:
             if type(op) is not MatmulOp:
                 return self._close("a matmul block starts with a matmul")
@@ -78,7 +72,7 @@ class MatmulFuser(LimitedFuser):
         self.values.add(op.out.id)
         return True
 
-    def finish(self, server: FusionServer) -> MatmulPlan:
+    def finish(self, ctx: BlockContext) -> MatmulPlan:
         assert self.matmul is not None
         return MatmulPlan(self.matmul, list(self.epilogue))
 
@@ -91,8 +85,8 @@ class MatmulPlan:
         self.epilogue = epilogue
         self.ops: list[OperationIr] = [matmul, *epilogue]
 
-    def execute(self, server: FusionServer) -> None:
-        entries = server.handles.entries
+    def execute(self, ctx: BlockContext) -> None:
+        entries = ctx.entries
         mm, epi = self.matmul, self.epilogue
         ea, eb, prod = entries[mm.a], entries[mm.b], entries[mm.out.id]
         needed = needed_values(epi, entries) if epi else set()
@@ -102,7 +96,7 @@ class MatmulPlan:
         if not out_entries:
             return
         if any(e.storage.status == FAILED for e in [ea, eb, *epi_entries[1:]]):
-            run_around_failures(server, self.ops)
+            run_around_failures(ctx, self.ops)
             return
         out_shape = mm.out.shape
         m, k = ea.ir.shape[-2:]
@@ -121,7 +115,7 @@ class MatmulPlan:
         biggest = max(size_of(out_shape), ea.storage.nbytes // ea.ir.dtype.itemsize,
                       eb.storage.nbytes // eb.ir.dtype.itemsize)
         index = "long" if biggest > INT32_LIMIT else "int"
-        strategy = server.matmul_strategy or ("tiled" if server.info.kind == "GPU" else "rows")
+        strategy = ctx.matmul_strategy or ("tiled" if ctx.info.kind == "GPU" else "rows")
         spec = mg.MatmulSpec(
             dtype=mm.compute,
             epilogue=cg.KernelSpec(tuple(trace), tuple(classes), tuple(sdt), tuple(outputs), 1, index, out_rank),
@@ -131,23 +125,17 @@ class MatmulPlan:
             strategy=strategy,
             tile=128 if strategy == "tiled" and m * n * nbatch >= 2048 * 2048 else 64,
             # (at most 64 bytes: the register block of the rows layout fills AVX-512's registers)
-            vector_bytes=min(64, mm.compute.itemsize * server.widths.of_size(mm.compute.itemsize))
+            vector_bytes=min(64, mm.compute.itemsize * ctx.widths.of_size(mm.compute.itemsize))
             if strategy == "rows" else 64,
         )
-        try:
-            built = server.built_for(spec)  # its scalar variant if the vector build failed
-            kernel, spec = built.kernel, built.spec
-        except NeedsCompile:
-            raise
-        except Exception as exc:
-            err = TensorFailedError(f"matmul block failed to build: {exc}")
-            err.__cause__ = exc
-            server.fail_storages([e.storage for e in out_entries], err)
+        built = ctx.build_or_fail(spec, "matmul block", out_entries)  # its scalar variant if the vector build failed
+        if built is None:
             return
-        buffers = [server.allocate(e.storage) for e in out_entries]
+        kernel, spec = built.kernel, built.spec
+        buffers = [ctx.allocate(e.storage) for e in out_entries]
         if size_of(out_shape):
             idx = np.int32 if index == "int" else np.int64
-            args: list = [idx(m), idx(n), idx(k), idx(nbatch), server.runtime.metadata_buffer(tuple(meta))]
+            args: list = [idx(m), idx(n), idx(k), idx(nbatch), ctx.metadata_buffer(tuple(meta))]
             args += buffers + [ea.storage.buffer, eb.storage.buffer]
             args += [e.storage.buffer for e in epi_entries[1:]]
             args += scalars
@@ -156,12 +144,12 @@ class MatmulPlan:
                 groups = ((n + cols - 1) // cols, (m + rows - 1) // rows, nbatch)
                 # One work-item per group: its private panels stay with it (larger groups
                 # made PoCL interleave work-items and their panels).
-                event = kernel(server.runtime.queue, groups, (1, 1, 1), *args)
+                local = (1, 1, 1)
             else:
                 tile = spec.tile
                 groups = ((n + tile - 1) // tile * mg.LOCAL, (m + tile - 1) // tile * mg.LOCAL, nbatch)
-                event = kernel(server.runtime.queue, groups, (mg.LOCAL, mg.LOCAL, 1), *args)
+                local = (mg.LOCAL, mg.LOCAL, 1)
             bindings = 7 + len(buffers) + len(epi_entries) - 1 + len(scalars)
-            server.note_launch("matmul", [op.name if hasattr(op, "name") else "matmul" for op in self.ops],
-                               bindings, kernel.function_name, groups[0] * groups[1] * nbatch, event)
-        server.mark_ready([e.storage for e in out_entries])
+            ctx.launch(kernel, groups, local, args, "matmul", [getattr(op, "name", "matmul") for op in self.ops],
+                       bindings)
+        ctx.mark_ready([e.storage for e in out_entries])

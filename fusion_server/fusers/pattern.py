@@ -5,7 +5,7 @@
 
     fuser = PatternFuser("stable_softplus", ["exp", "add", "log"], run,
                          accept=lambda k, op: k != 1 or one_scalar_equal_to(op, 1.0))
-    clients.custom.register_fuser(lambda server: fuser.fresh())
+    clients.custom.register_fuser(lambda ctx: fuser.fresh())
 
 The chain is matched from the start of a block: op k must read op k-1's output. When the
 pattern completes, the fuser closes with score `weight * len(pattern)`, so it beats the
@@ -17,15 +17,12 @@ element-wise block instead (correct, just not special).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..handles import FAILED
+from ..context import BlockContext
 from ..ir import ElementwiseOp, OperationIr, Scalar, size_of
 from .custom_kernel import array_of
 from .elementwise import ElementwisePlan
-
-if TYPE_CHECKING:
-    from ..server import FusionServer
 
 RunFn = Callable[[Any, list, Any, list], None]
 
@@ -57,7 +54,7 @@ class PatternFuser:
         self.closed = False
         self.close_reason = ""
 
-    def offer(self, op: OperationIr, server: FusionServer) -> bool:
+    def offer(self, op: OperationIr, ctx: BlockContext) -> bool:
         if self.closed:
             return False
         k = len(self.ops)
@@ -79,8 +76,8 @@ class PatternFuser:
     def score(self) -> int:
         return self.weight * len(self.ops) if len(self.ops) == len(self.pattern) else 0
 
-    def finish(self, server: FusionServer) -> PatternPlan:
-        return PatternPlan(self, list(self.ops), server.max_bindings)
+    def finish(self, ctx: BlockContext) -> PatternPlan:
+        return PatternPlan(self, list(self.ops), ctx.max_bindings)
 
 
 class PatternPlan:
@@ -91,15 +88,15 @@ class PatternPlan:
         self.ops = ops
         self.max_bindings = max_bindings
 
-    def execute(self, server: FusionServer) -> None:
-        entries = server.handles.entries
+    def execute(self, ctx: BlockContext) -> None:
+        entries = ctx.entries
         inner = {op.out.id for op in self.ops[:-1]}
         for op in self.ops[:-1]:
             e = entries[op.out.id]
             reads_inside = sum(1 for o in self.ops for i in o.inputs if i == op.out.id)
             if e.alive or e.readers > reads_inside or e.storage.refs > 1:
                 # An intermediate is needed: the special kernel cannot provide it.
-                ElementwisePlan(self.ops, self.max_bindings).execute(server)
+                ElementwisePlan(self.ops, self.max_bindings).execute(ctx)
                 return
         inputs, scalars = [], []
         for op in self.ops:
@@ -109,14 +106,12 @@ class PatternPlan:
                 elif operand not in inner and entries[operand] not in inputs:
                     inputs.append(entries[operand])
         out = entries[self.ops[-1].out.id]
-        if any(e.storage.status == FAILED for e in inputs):
-            bad = next(e for e in inputs if e.storage.status == FAILED)
-            server.fail_storages([out.storage], bad.storage.error)
+        if ctx.fail_if_inputs_failed(f"custom fuser {self.fuser.name!r}", inputs, [out]):
             return
-        server.allocate(out.storage)
+        ctx.allocate(out.storage)
         self.fuser.run(
-            server.runtime.queue, [array_of(server, e) for e in inputs], array_of(server, out), scalars
+            ctx.queue, [array_of(ctx, e) for e in inputs], array_of(ctx, out), scalars
         )
-        server.note_launch(self.kind, [op.name for op in self.ops], len(inputs) + 1 + len(scalars),
+        ctx.record_launch(self.kind, [op.name for op in self.ops], len(inputs) + 1 + len(scalars),
                            self.fuser.name, size_of(out.ir.shape))
-        server.mark_ready([out.storage])
+        ctx.mark_ready([out.storage])

@@ -8,8 +8,6 @@ covers more ops than the element-wise fuser (which stops at the reduction).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from .. import dtypes as dt
@@ -18,8 +16,7 @@ from ..codegen import epilogue as ep
 from ..codegen import reduce as rg
 from ..codegen.expressions import SCALAR_EXPRS, needs_scalar_code
 from ..codegen.layout import broadcast_strides, collapse
-from ..compiling import NeedsCompile
-from ..errors import TensorFailedError
+from ..context import BlockContext
 from ..handles import FAILED, PENDING
 from ..ir import ElementwiseOp, OperationIr, ReduceOp, contiguous_strides, size_of
 from .base import LimitedFuser, uses_flat_index
@@ -35,9 +32,6 @@ from .elementwise import (
     relative_slots,
     run_around_failures,
 )
-
-if TYPE_CHECKING:
-    from ..server import FusionServer
 
 
 class ReduceFuser(LimitedFuser):
@@ -73,7 +67,7 @@ class ReduceFuser(LimitedFuser):
             return 0
         return len(self.prologue) + 1 + len(self.epilogue)
 
-    def _fits(self, op: ElementwiseOp, server: FusionServer, inside: set[int]) -> bool:
+    def _fits(self, op: ElementwiseOp, ctx: BlockContext, inside: set[int]) -> bool:
         """Whether `op`'s tensor inputs are block values (or, in `inside`, their flat
         aliases) or existing tensors (not views of block values), and the block stays
         within the binding and op limits."""
@@ -83,7 +77,7 @@ class ReduceFuser(LimitedFuser):
             if type(operand) is int:
                 if operand in inside or operand in self.inputs:
                     continue
-                if server.handles.entries[operand].storage.status == PENDING:
+                if ctx.entries[operand].storage.status == PENDING:
                     return False
                 new.add(operand)
             else:
@@ -97,7 +91,7 @@ class ReduceFuser(LimitedFuser):
         self.n_scalars += scalars
         return True
 
-    def offer(self, op: OperationIr, server: FusionServer) -> bool:
+    def offer(self, op: OperationIr, ctx: BlockContext) -> bool:
         if self.closed:
             return False
         if self.reduce is None:
@@ -113,7 +107,7 @@ class ReduceFuser(LimitedFuser):
                 prologue.append(op)
                 return True
             if type(op) is ReduceOp:
-                return self._take_reduce(op, server)
+                return self._take_reduce(op, ctx)
             return self._close(f"{type(op).__name__} before any reduction")
         if type(op) is not ElementwiseOp or op.out.shape != self.reduce.out.shape:
             return self._close("epilogue ends")
@@ -121,16 +115,15 @@ class ReduceFuser(LimitedFuser):
             return self._close("epilogue reads a prologue value")
         if uses_flat_index(op):
             return self._close("epilogue uses the element's flat index")
-        if not self._fits(op, server, self.epi_values):
+        if not self._fits(op, ctx, self.epi_values):
             return self._close("epilogue input or limits")
         self.epilogue.append(op)
         self.epi_values.add(op.out.id)
         return True
 
-    def _take_reduce(self, op: ReduceOp, server: FusionServer) -> bool:
-        server.drain_drops()  # the bound below looks at which values are still alive
+    def _take_reduce(self, op: ReduceOp, ctx: BlockContext) -> bool:
+        entries = ctx.live_values()  # the bound below looks at which values are still alive
         prologue = self.prologue
-        entries = server.handles.entries
         if not prologue:
             if entries[op.input].storage.status == PENDING:
                 return self._close("reduction of a view of a pending value")
@@ -163,13 +156,13 @@ class ReduceFuser(LimitedFuser):
         self.writes_bound = len(prologue_needed(prologue, op.input, entries, aliases, reads))
         inside = values | self.aliases
         for p in prologue:
-            if not self._fits(p, server, inside):
+            if not self._fits(p, ctx, inside):
                 return self._close("prologue input or limits")
         self.reduce = op
         self.epi_values.add(op.out.id)
         return True
 
-    def finish(self, server: FusionServer) -> ReducePlan:
+    def finish(self, ctx: BlockContext) -> ReducePlan:
         assert self.reduce is not None
         return ReducePlan(list(self.prologue), self.reduce, list(self.epilogue), self.max_bindings)
 
@@ -237,8 +230,8 @@ class ReducePlan:
         self.max_bindings = max_bindings
         self.ops: list[OperationIr] = [*prologue, reduce, *epilogue]
 
-    def execute(self, server: FusionServer) -> None:
-        entries = server.handles.entries
+    def execute(self, ctx: BlockContext) -> None:
+        entries = ctx.entries
         red = self.reduce
         prologue = self.prologue
         in_shape = entries[red.input].ir.shape
@@ -273,7 +266,7 @@ class ReducePlan:
             return
         all_ops = [*prologue, red, *epi]
         if any(e.storage.status == FAILED for e in pro_entries + epi_entries[1:]):
-            run_around_failures(server, all_ops)
+            run_around_failures(ctx, all_ops)
             return
 
         # Iteration space: the input shape split into kept and reduced dimensions.
@@ -298,10 +291,10 @@ class ReducePlan:
         kept_rank = 0 if nout <= 1 else len(kdims)
         out_shape = red.out.shape
         epi_classes, epi_layouts, out_rank = ep.layouts(red_entry.ir.dtype, epi_entries[1:], out_shape)
-        gpu = server.info.kind == "GPU"
+        gpu = ctx.info.kind == "GPU"
         if nout == 0 or nred == 0:
             nred = 0
-        strategy = server.reduce_strategy or ("group" if gpu and nred >= rg.GROUP_SIZE else "loop")
+        strategy = ctx.reduce_strategy or ("group" if gpu and nred >= rg.GROUP_SIZE else "loop")
         # The prologue may read no tensor at all (a fill): max() of one tuple, never of one int.
         largest = max((nout * max(nred, 1), *(e.storage.nbytes // e.ir.dtype.itemsize for e in pro_entries)))
         index = "long" if largest > INT32_LIMIT else "int"
@@ -309,9 +302,9 @@ class ReducePlan:
         n_in = len(pro_entries)
         # The prologue's width; a sum or product that widens (float32 into float64) keeps
         # it with several accumulators when the wider size qualified narrower.
-        width = server.widths.for_dtypes(cg.dtypes_of(trace, tuple(pro_sdt)).union(
+        width = ctx.widths.for_dtypes(cg.dtypes_of(trace, tuple(pro_sdt)).union(
             [e.ir.dtype for e in pro_entries]) or {red.acc})
-        acc_width = min(width, server.widths.of_size(red.acc.itemsize))
+        acc_width = min(width, ctx.widths.of_size(red.acc.itemsize))
         if acc_width < width and red.name not in ("sum", "prod"):
             width = acc_width
         vectorize = (
@@ -357,19 +350,14 @@ class ReducePlan:
         if out_rank:
             meta += list(out_shape)
         meta += ep.metadata(epi_layouts)
-        try:
-            kernel = server.kernel_for(spec)
-        except NeedsCompile:
-            raise
-        except Exception as exc:
-            err = TensorFailedError(f"reduction block ({red.name}) failed to build: {exc}")
-            err.__cause__ = exc
-            server.fail_storages([e.storage for e in out_entries + write_entries], err)
+        built = ctx.build_or_fail(spec, f"reduction block ({red.name})", out_entries + write_entries)
+        if built is None:
             return
-        buffers = [server.allocate(e.storage) for e in out_entries + write_entries]
+        kernel = built.kernel
+        buffers = [ctx.allocate(e.storage) for e in out_entries + write_entries]
         if nout:
             idx = np.int32 if index == "int" else np.int64
-            args: list = [idx(nout), idx(nred), server.runtime.metadata_buffer(tuple(meta) or (0,))]
+            args: list = [idx(nout), idx(nred), ctx.metadata_buffer(tuple(meta) or (0,))]
             args += buffers
             args += [e.storage.buffer for e in pro_entries]
             args += [e.storage.buffer for e in epi_entries[1:]]
@@ -377,10 +365,10 @@ class ReducePlan:
             bindings = 3 + len(buffers) + len(pro_entries) + len(epi_entries) - 1 + len(pro_scalars) + len(epi_scalars)
             names = [op.name for op in all_ops]
             if strategy == "group":
-                server.launch_grid(kernel, nout * rg.GROUP_SIZE, rg.GROUP_SIZE, args, "reduce", names, bindings)
+                ctx.launch(kernel, nout * rg.GROUP_SIZE, rg.GROUP_SIZE, args, "reduce", names, bindings)
             else:
-                server.launch(kernel, nout, args, "reduce", names, bindings, heavy=True)
-        server.mark_ready([e.storage for e in out_entries + write_entries])
+                ctx.launch_items(kernel, nout, args, "reduce", names, bindings, heavy=True)
+        ctx.mark_ready([e.storage for e in out_entries + write_entries])
 
 
 def flat_strides(entry, size: int, flat: tuple[int, ...]) -> tuple[int, ...] | None:

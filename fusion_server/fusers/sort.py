@@ -13,13 +13,12 @@ import numpy as np
 import pyopencl as cl
 
 from ..codegen import sort as sg
+from ..context import BlockContext
 from ..errors import FusionError
 from ..ir import SortOp, size_of
-from .elementwise import fail_on_failed_inputs
 
 if TYPE_CHECKING:
     from ..handles import Entry
-    from ..server import FusionServer
 
 # Work-items per work-group of the tile kernel; each sorts two pairs, so a tile holds
 # twice as many. On a GPU, 512 items keep a tile of 1024 pairs (8 to 12 KiB of local
@@ -65,12 +64,12 @@ class SortPlan:
         self.ops = [op]
         self.op = op
 
-    def execute(self, server: FusionServer) -> None:
+    def execute(self, ctx: BlockContext) -> None:
         op = self.op
-        entries = server.handles.entries
+        entries = ctx.entries
         src = entries[op.input]
         outs = [entries[o.id] for o in op.outputs]
-        if fail_on_failed_inputs(server, "sort", self.ops, [src], outs):
+        if ctx.fail_if_inputs_failed(f"sort ({op.name})", [src], outs):
             return
         shape = src.ir.shape
         n = shape[-1] if shape else 1
@@ -80,21 +79,21 @@ class SortPlan:
         values = op.name == "sort"
         tiles_spec = sg.SortSpec("sort", "tiles", src.ir.dtype, values, not values)
         merge_spec = tiles_spec._replace(stage="merge")
-        tiles = server.kernel_for(tiles_spec)  # both built before anything changes (NeedsCompile)
-        merge = server.kernel_for(merge_spec)
+        tiles = ctx.kernel_for(tiles_spec)  # both built before anything changes (NeedsCompile)
+        merge = ctx.kernel_for(merge_spec)
         for e in outs:
-            server.allocate(e.storage)
+            ctx.allocate(e.storage)
         if rows == 0 or n == 0:
-            server.mark_ready([e.storage for e in outs])
+            ctx.mark_ready([e.storage for e in outs])
             return
         check_rows(src)
         result = outs[0].storage.buffer
         out_values, out_indices = (result, None) if values else (None, result)
-        device = server.info.device
+        device = ctx.info.device
         kbytes = sg.key_bytes(src.ir.dtype)
 
         # The tile kernel: segments of a power of two no longer than a tile.
-        most = TILE_ITEMS.get(server.info.kind, TILE_ITEMS_OTHER)
+        most = TILE_ITEMS.get(ctx.info.kind, TILE_ITEMS_OTHER)
         most = min(most, tiles.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device),
                    device.local_mem_size // (2 * (kbytes + 4)))
         most = _pow2_floor(most)
@@ -104,7 +103,7 @@ class SortPlan:
         items = max(seg // 2, min(most, _pow2_ceil(rows * per_row * seg) // 2), 1)
         n_tiles = _ceil_div(rows * per_row * seg, 2 * items)
         final = per_row == 1
-        pool = server.runtime.pool
+        pool = ctx.pool
         scratch = []
         if not final:
             size = rows * n
@@ -115,31 +114,26 @@ class SortPlan:
             args = [src.storage.buffer, in_off, np.int32(rows), np.int32(n), np.int32(seg),
                     np.int32(op.descending), np.int32(final), keys, idx, out_values, out_indices,
                     cl.LocalMemory(2 * items * kbytes), cl.LocalMemory(2 * items * 4)]
-            self._launch(server, tiles, n_tiles * items, items, args)
+            ctx.launch(tiles, n_tiles * items, items, args, "sort", [op.name], len(args))
 
             # Merge passes: runs of `seg` pairs double until one covers the row.
-            most = _pow2_floor(min(server.runtime.local_size,
+            most = _pow2_floor(min(ctx.local_size,
                                    merge.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device)))
             run, k = seg, 0
             while run < n:
                 (k_in, i_in), (k_out, i_out) = scratch[k % 2], scratch[(k + 1) % 2]
                 last = 2 * run >= n
-                chunk = min(MERGE_CHUNK.get(server.info.kind, MERGE_CHUNK_OTHER), 2 * run)  # a power of two
+                chunk = min(MERGE_CHUNK.get(ctx.info.kind, MERGE_CHUNK_OTHER), 2 * run)  # a power of two
                 per_row = _ceil_div(n, chunk)
                 local = min(most, _pow2_ceil(per_row))  # a short row's work-group is no wider than it
                 groups = rows * _ceil_div(per_row, local)
                 args = [k_in, i_in, np.int32(rows), np.int32(n), np.int32(run), np.int32(chunk), np.int32(last),
                         k_out, i_out, src.storage.buffer, in_off, out_values, out_indices]
-                self._launch(server, merge, groups * local, local, args)
+                ctx.launch(merge, groups * local, local, args, "sort", [op.name], len(args))
                 run, k = 2 * run, k + 1
         finally:  # also when a launch fails: the scratch goes back to the pool
             # The in-order queue runs the passes before any later use of these buffers.
             for k_buf, i_buf in scratch:
                 pool.free(k_buf, rows * n * kbytes)
                 pool.free(i_buf, rows * n * 4)
-        server.mark_ready([e.storage for e in outs])
-
-    def _launch(self, server: FusionServer, kernel: cl.Kernel, global_size: int, local: int, args: list) -> None:
-        event = kernel(server.runtime.queue, (global_size,), (local,), *args)
-        server.note_launch("sort", [self.op.name], len(args), kernel.function_name, global_size, event)
-
+        ctx.mark_ready([e.storage for e in outs])

@@ -191,7 +191,7 @@ class DeviceOps:
         server.flush_stream(STREAM, "gather")
         src, idx = server.handles.get(x), server.handles.get(index)
         storage = server.handles.new_storage(m * dtype.itemsize, 1)
-        server.allocate(storage)
+        server.ctx.allocate(storage)
         server.handles.add(out, storage)
         kernel = build_kernel(server.runtime.context, gather.move_source(dtype, (idtype,), 1), "move")
         import pyopencl.array as cla
