@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
-
 from .errors import DroppedTensorError
 from .ir import _STRIDES, TensorIr, contiguous_strides, size_of
 
@@ -98,7 +96,6 @@ class HandleContainer:
     def __init__(self, free_buffer: Callable[[object, int], None]):
         self.entries: dict[int, Entry] = {}
         self._free_buffer = free_buffer
-        self.storages_live = 0
 
     def get(self, tid: int) -> Entry:
         entry = self.entries.get(tid)
@@ -109,7 +106,6 @@ class HandleContainer:
         return entry
 
     def new_storage(self, nbytes: int, status: int, stream: int | None = None) -> Storage:
-        self.storages_live += 1
         return Storage(nbytes, status, stream)
 
     def add(self, ir: TensorIr, storage: Storage, strides=None, offset: int = 0) -> Entry:
@@ -146,7 +142,6 @@ class HandleContainer:
             if storage.refs <= 0 and storage.pins <= 0 and storage.nbytes >= 0:
                 if storage.buffer is None:  # most dead values never got a buffer: a call saved
                     storage.nbytes = -1
-                    self.storages_live -= 1
                 else:
                     self.release_if_unused(storage)
 
@@ -156,7 +151,3 @@ class HandleContainer:
                 self._free_buffer(storage.buffer, storage.nbytes)
                 storage.buffer = None
             storage.nbytes = -1  # released; never again
-            self.storages_live -= 1
-
-    def dtype_of(self, tid: int) -> np.dtype:
-        return self.get(tid).ir.dtype

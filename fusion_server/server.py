@@ -282,7 +282,6 @@ class FusionServer:
             entry.readers += 1
         self.counters["ops_registered"] += 1
         for out in outs:  # a pending entry per output: the value a queued op will write
-            handles.storages_live += 1
             nbytes = out.dtype.itemsize
             for d in out.shape:
                 nbytes *= d

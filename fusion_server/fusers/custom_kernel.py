@@ -30,8 +30,6 @@ def array_of(ctx: BlockContext, entry: Entry) -> cla.Array:
 class CustomKernelPlan:
     """Calls `launch(queue, inputs, outputs, **params)` with the server lock held."""
 
-    kind = "custom"
-
     def __init__(self, op: CustomKernelOp):
         self.ops = [op]
         self.op = op

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
-
 from ..codegen import elementwise as cg
 from ..codegen.expressions import SCALAR_EXPRS, needs_scalar_code
 from ..codegen.layout import broadcast_strides, classify, collapse
@@ -21,13 +19,10 @@ from ..handles import FAILED, PENDING, Entry
 from ..ir import ElementwiseOp, OperationIr, outputs_of, size_of, tensor_inputs
 from ..plans import PlanRejected
 from .base import LimitedFuser
+from .trace import bind_slots, index_type, relative_slots, spec_index_value
+from .values import alias_slots, flat_alias, flat_readable, inblock_reads, liveness, needed_values
 
 log = logging.getLogger("fusion_server")
-
-# Sizes past this take 64-bit indices. The margin covers what a launch adds to the size:
-# work-items padded to whole work-groups, times the vector width (at most 1024 x 16).
-INT32_LIMIT = 2**31 - 1 - (1 << 16)
-
 
 class ElementwiseFuser(LimitedFuser):
     """Claims consecutive element-wise ops with one output shape, within the limits."""
@@ -172,28 +167,6 @@ def _single_value(op: ElementwiseOp, entries: dict) -> bool:
     return True
 
 
-def flat_readable(entry: Entry, size: int) -> bool:
-    """Whether an input is read at the flat index of any shape of `size` elements it
-    broadcasts to: C-contiguous over all of them, or one element."""
-    n = size_of(entry.ir.shape)
-    return n == 1 or (entry.contiguous and n == size)
-
-
-def flat_alias(entry: Entry, value_storages: dict[int, int], entries: dict) -> int | None:
-    """The id of the block value that `entry` reads in the same element order (a reshape
-    of it: same storage, C-contiguous from offset 0, as many elements), or None.
-
-    A block computes every value at the same flat index, so such a view reads the
-    value's register, and a reshape inside a chain costs nothing."""
-    tid = value_storages.get(id(entry.storage))
-    if tid is None or not entry.contiguous:
-        return None
-    value = entries.get(tid)
-    if value is None or value.storage is not entry.storage or size_of(value.ir.shape) != size_of(entry.ir.shape):
-        return None
-    return tid
-
-
 class ElementwisePlan:
     """One fused kernel over a block of element-wise ops.
 
@@ -201,8 +174,6 @@ class ElementwisePlan:
     structure alone decides (which ops run, the trace, where inputs and scalars sit
     among the operands, the built kernel per layout) is derived once and reused.
     """
-
-    kind = "elementwise"
 
     def __init__(self, ops: list[ElementwiseOp], max_bindings: int, replayed: bool = False,
                  cache: dict | None = None):
@@ -283,9 +254,7 @@ class ElementwisePlan:
                     width = 1
             if dims[-1] % width:
                 width = 1
-        index = "int"
-        if n > INT32_LIMIT or any(e.storage.nbytes // e.ir.dtype.itemsize > INT32_LIMIT for e in in_entries):
-            index = "long"
+        index = index_type(max((n, *(e.storage.nbytes // e.ir.dtype.itemsize for e in in_entries))))
         key = (tuple(classes), width, index, rank)
         built = recipe.kernels.get(key)
         if built is None:
@@ -363,157 +332,6 @@ class _Recipe:
         self.kernels: dict[tuple, tuple] = {}
 
 
-def spec_index_value(index: str, n: int) -> np.integer:
-    return np.int32(n) if index == "int" else np.int64(n)
-
-
-def inblock_reads(ops: list[ElementwiseOp]) -> list[int]:
-    """For each op, how many ops of the block read its value."""
-    produced = {op.out.id: j for j, op in enumerate(ops)}
-    reads = [0] * len(ops)
-    for op in ops:
-        for operand in op.inputs:
-            if type(operand) is int:
-                j = produced.get(operand)
-                if j is not None:
-                    reads[j] += 1
-    return reads
-
-
-def alias_slots(ops: list[ElementwiseOp], entries: dict) -> list[tuple[int, int, int]]:
-    """The operands that read a block value through a flat alias (see flat_alias), as
-    (op position, operand position, position of the op computing the value)."""
-    slots = []
-    storages = None
-    for j, op in enumerate(ops):
-        for s, operand in enumerate(op.inputs):
-            if type(operand) is not int:
-                continue
-            e = entries.get(operand)
-            if e is None or e.storage.status != PENDING:
-                continue
-            if storages is None:
-                storages = {}
-                for k, o in enumerate(ops):
-                    value = entries.get(o.out.id)
-                    if value is not None:
-                        storages[id(value.storage)] = k
-            target = storages.get(id(e.storage))
-            if target is not None and ops[target].out.id != operand:
-                slots.append((j, s, target))
-    return slots
-
-
-def needed_values(ops: list[ElementwiseOp], entries: dict, reads: list[int] | None = None,
-                  aliases: dict[int, int] | None = None, more_reads: dict[int, int] | None = None) -> set[int]:
-    """Positions of the ops whose value must be written: a live handle, a reader after
-    the block, a view of it, or a pin. `reads`: inblock_reads(ops), if known. A flat
-    alias read in the block (`aliases`: its id -> the value's op) needs the value written
-    only if it lives on after the block. `more_reads`: reads of values or aliases by ops
-    of the block other than `ops` (a reduction reading its prologue), by id."""
-    if reads is None:
-        reads = inblock_reads(ops)
-    if more_reads:
-        produced = {op.out.id: j for j, op in enumerate(ops)}
-        reads = list(reads)
-        for tid, n in more_reads.items():
-            j = produced.get(tid)
-            if j is not None:
-                reads[j] += n
-    needed: set[int] = set()
-    dying: dict[int, int] = {}  # op position -> its aliases that die with the block
-    if aliases:
-        alias_reads: dict[int, int] = {}
-        if more_reads:
-            for tid, n in more_reads.items():
-                if tid in aliases:
-                    alias_reads[tid] = n
-        for op in ops:
-            for operand in op.inputs:
-                if type(operand) is int and operand in aliases:
-                    alias_reads[operand] = alias_reads.get(operand, 0) + 1
-        for tid, j in aliases.items():
-            e = entries[tid]
-            if e.alive or e.readers > alias_reads.get(tid, 0):
-                needed.add(j)
-            else:
-                dying[j] = dying.get(j, 0) + 1
-    for j, op in enumerate(ops):
-        e = entries[op.out.id]
-        st = e.storage
-        if e.alive or e.readers > reads[j] or st.refs > 1 + dying.get(j, 0) or st.pins:
-            needed.add(j)
-    return needed
-
-
-def liveness(ops: list[ElementwiseOp], needed: set[int], aliases: dict[int, int] | None = None) -> list[bool]:
-    """Backward liveness: an op runs when its value is written or feeds one that runs."""
-    produced = {op.out.id: j for j, op in enumerate(ops)}
-    if aliases:
-        produced.update(aliases)
-    live = [False] * len(ops)
-    used = set(needed)
-    for j in range(len(ops) - 1, -1, -1):
-        if j in used:
-            live[j] = True
-            for operand in ops[j].inputs:
-                if type(operand) is int and operand in produced:
-                    used.add(produced[operand])
-    return live
-
-
-def relative_slots(ops: list[ElementwiseOp], live: list[bool], first_inputs: tuple = (),
-                   aliases: dict[int, int] | None = None):
-    """The live ops as TraceOps: inputs numbered by first use (after `first_inputs`),
-    scalars by position, values by op (flat aliases, `aliases`, by the op of their value).
-    Returns (trace, input slots, scalar slots, scalar dtypes, op position -> value
-    index); a slot (j, s) is operand s of op j, so that the same structure binds the
-    tensors and scalars of any block like this one."""
-    produced = {op.out.id: j for j, op in enumerate(ops)}
-    if aliases:
-        produced.update(aliases)
-    in_pos: dict[int, int] = {tid: k for k, tid in enumerate(first_inputs)}
-    in_slots: list[tuple[int, int]] = []
-    scalar_slots: list[tuple[int, int]] = []
-    scalar_dtypes: list = []
-    vmap: dict[int, int] = {}
-    trace: list[cg.TraceOp] = []
-    for j, op in enumerate(ops):
-        if not live[j]:
-            continue
-        args = []
-        for s, operand in enumerate(op.inputs):
-            if type(operand) is int:
-                if operand in produced:
-                    args.append(("v", vmap[produced[operand]]))
-                    continue
-                k = in_pos.get(operand)
-                if k is None:
-                    k = in_pos[operand] = len(in_pos)
-                    in_slots.append((j, s))
-                args.append(("i", k))
-            else:
-                args.append(("s", len(scalar_slots)))
-                scalar_slots.append((j, s))
-                scalar_dtypes.append(operand.dtype)
-        vmap[j] = len(trace)
-        trace.append(cg.TraceOp(op.name, op.compute, op.out.dtype, tuple(args), op.expr, op.params))
-    return trace, in_slots, scalar_slots, scalar_dtypes, vmap
-
-
-def bind_slots(ops: list[ElementwiseOp], in_slots: list, scalar_slots: list, entries: dict) -> tuple[list, list]:
-    """The input entries and scalar values that `relative_slots`' slots name in `ops`."""
-    return ([entries[ops[j].inputs[s]] for j, s in in_slots], [ops[j].inputs[s].value for j, s in scalar_slots])
-
-
-def relative_form(ops: list[ElementwiseOp], live: list[bool], entries: dict, first_inputs: tuple = ()):
-    """`relative_slots`, bound: (trace, input entries (`first_inputs` first), scalar
-    values, scalar dtypes, op position -> value index)."""
-    trace, in_slots, scalar_slots, scalar_dtypes, vmap = relative_slots(ops, live, first_inputs)
-    in_entries, scalars = bind_slots(ops, in_slots, scalar_slots, entries)
-    return trace, [entries[tid] for tid in first_inputs] + in_entries, scalars, scalar_dtypes, vmap
-
-
 def run_around_failures(ctx: BlockContext, ops: list) -> None:
     """Some input of a block failed: fail the values that depend on it, and compute the
     rest (ops that share a kernel do not share a failure): element-wise runs as fused
@@ -576,18 +394,3 @@ def _take_donor(ctx: BlockContext, donors: list[Entry], out: Entry):
     return None
 
 
-def epilogue_outputs(result_id: int, epilogue: list[ElementwiseOp], needed: set[int], vmap: dict[int, int],
-                     entries: dict) -> tuple[list[int], list[Entry]]:
-    """What a reduction or matmul block writes: its result itself (value -1) when needed
-    after the block or when there is no epilogue, then every needed epilogue value."""
-    result = entries[result_id]
-    reads = sum(1 for op in epilogue for i in op.inputs if i == result_id)
-    outputs: list[int] = []
-    out_entries: list[Entry] = []
-    if result.alive or result.readers > reads or result.storage.refs > 1 or not epilogue:
-        outputs.append(-1)
-        out_entries.append(result)
-    for j in sorted(needed):
-        outputs.append(vmap[j])
-        out_entries.append(entries[epilogue[j].out.id])
-    return outputs, out_entries

@@ -12,14 +12,9 @@ from ..context import BlockContext
 from ..handles import FAILED, PENDING
 from ..ir import ElementwiseOp, MatmulOp, OperationIr, size_of
 from .base import LimitedFuser, uses_flat_index
-from .elementwise import (
-    INT32_LIMIT,
-    epilogue_outputs,
-    liveness,
-    needed_values,
-    relative_form,
-    run_around_failures,
-)
+from .elementwise import run_around_failures
+from .trace import index_type, relative_form
+from .values import epilogue_outputs, liveness, needed_values
 
 
 class MatmulFuser(LimitedFuser):
@@ -78,7 +73,7 @@ class MatmulFuser(LimitedFuser):
 
 
 class MatmulPlan:
-    kind = "matmul"
+    """One matmul kernel that computes its element-wise epilogue before writing."""
 
     def __init__(self, matmul: MatmulOp, epilogue: list[ElementwiseOp]):
         self.matmul = matmul
@@ -114,7 +109,7 @@ class MatmulPlan:
         meta += ep.metadata(layouts)
         biggest = max(size_of(out_shape), ea.storage.nbytes // ea.ir.dtype.itemsize,
                       eb.storage.nbytes // eb.ir.dtype.itemsize)
-        index = "long" if biggest > INT32_LIMIT else "int"
+        index = index_type(biggest)
         strategy = ctx.matmul_strategy or ("tiled" if ctx.info.kind == "GPU" else "rows")
         spec = mg.MatmulSpec(
             dtype=mm.compute,

@@ -81,7 +81,7 @@ class PatternFuser:
 
 
 class PatternPlan:
-    kind = "custom-fuser"
+    """The user's kernel for a matched chain (an ordinary fused block if a value in it is needed)."""
 
     def __init__(self, fuser: PatternFuser, ops: list[ElementwiseOp], max_bindings: int):
         self.fuser = fuser
@@ -112,6 +112,6 @@ class PatternPlan:
         self.fuser.run(
             ctx.queue, [array_of(ctx, e) for e in inputs], array_of(ctx, out), scalars
         )
-        ctx.record_launch(self.kind, [op.name for op in self.ops], len(inputs) + 1 + len(scalars),
+        ctx.record_launch("custom-fuser", [op.name for op in self.ops], len(inputs) + 1 + len(scalars),
                            self.fuser.name, size_of(out.ir.shape))
         ctx.mark_ready([out.storage])

@@ -20,18 +20,9 @@ from ..context import BlockContext
 from ..handles import FAILED, PENDING
 from ..ir import ElementwiseOp, OperationIr, ReduceOp, contiguous_strides, size_of
 from .base import LimitedFuser, uses_flat_index
-from .elementwise import (
-    INT32_LIMIT,
-    bind_slots,
-    epilogue_outputs,
-    flat_alias,
-    flat_readable,
-    liveness,
-    needed_values,
-    relative_form,
-    relative_slots,
-    run_around_failures,
-)
+from .elementwise import run_around_failures
+from .trace import bind_slots, index_type, relative_form, relative_slots
+from .values import epilogue_outputs, flat_alias, flat_readable, liveness, needed_values
 
 
 class ReduceFuser(LimitedFuser):
@@ -220,7 +211,7 @@ def prologue_needed(prologue: list[ElementwiseOp], red_input: int, entries: dict
 
 
 class ReducePlan:
-    kind = "reduce"
+    """One kernel: the prologue computed as the input is read, the reduction, the epilogue."""
 
     def __init__(self, prologue: list[ElementwiseOp], reduce: ReduceOp, epilogue: list[ElementwiseOp],
                  max_bindings: int):
@@ -297,7 +288,7 @@ class ReducePlan:
         strategy = ctx.reduce_strategy or ("group" if gpu and nred >= rg.GROUP_SIZE else "loop")
         # The prologue may read no tensor at all (a fill): max() of one tuple, never of one int.
         largest = max((nout * max(nred, 1), *(e.storage.nbytes // e.ir.dtype.itemsize for e in pro_entries)))
-        index = "long" if largest > INT32_LIMIT else "int"
+        index = index_type(largest)
         # Vector steps along the reduced axis where it is one contiguous (or broadcast) run.
         n_in = len(pro_entries)
         # The prologue's width; a sum or product that widens (float32 into float64) keeps

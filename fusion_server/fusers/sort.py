@@ -58,8 +58,6 @@ def check_rows(entry: Entry) -> None:
 class SortPlan:
     """Sorts every row of the op's input; see `codegen/sort.py` for the kernels."""
 
-    kind = "sort"
-
     def __init__(self, op: SortOp):
         self.ops = [op]
         self.op = op
