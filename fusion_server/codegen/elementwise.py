@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from . import expressions as ex
+from . import signature as sig
 
 
 class TraceOp(NamedTuple):
@@ -76,6 +77,18 @@ def uses_strided(spec: KernelSpec) -> bool:
 
 def has_metadata(spec: KernelSpec) -> bool:
     return any(cls != "contig" for _, cls in spec.inputs)
+
+
+def parameters(spec: KernelSpec) -> list[sig.Param]:
+    """The kernel's parameters: the size, the metadata (when an input is not
+    contiguous), the outputs, the inputs, the scalars."""
+    params = [sig.size("n")]
+    if has_metadata(spec):
+        params.append(sig.meta())
+    params += [sig.out(spec.ops[j].out, f"out{m}") for m, j in enumerate(spec.outputs)]
+    params += [sig.input_(dtype, f"in{k}") for k, (dtype, _) in enumerate(spec.inputs)]
+    params += [sig.scalar(dtype, f"a{k}") for k, dtype in enumerate(spec.scalars)]
+    return params
 
 
 def arg_dtypes(spec: KernelSpec) -> list:
@@ -198,16 +211,7 @@ def generate(spec: KernelSpec) -> tuple[str, str]:
     )
     for hname, hdtype in helpers:
         src.append(ex.helper_source(hname, hdtype))
-    params = ["const IDX n"]
-    if has_metadata(spec):
-        params.append("__global const long* meta")
-    for m, j in enumerate(spec.outputs):
-        params.append(f"__global {dt.CL_NAME[spec.ops[j].out]}* out{m}")
-    for k, (dtype, _) in enumerate(spec.inputs):
-        params.append(f"__global const {dt.CL_NAME[dtype]}* in{k}")
-    for k, dtype in enumerate(spec.scalars):
-        params.append(f"const {dt.CL_NAME[dtype]} a{k}")
-    src.append(f"__kernel void {name}({', '.join(params)})")
+    src.append(f"__kernel void {name}({sig.declare(parameters(spec))})")
     src.append("{")
     src.append(f"  const IDX idx0 = (IDX)get_global_id(0) * {W};")
     src.append("  if (idx0 >= n) return;")

@@ -12,6 +12,7 @@ it is written, so `maximum(a @ w + bias, 0)` is one kernel.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import NamedTuple
 
@@ -20,6 +21,7 @@ import numpy as np
 from .. import dtypes as dt
 from . import elementwise as ew
 from . import epilogue as ep
+from . import signature as sig
 
 TK = 8  # depth of a K step (8 ran 1.2x faster than 16 or 32 on an H200: less local memory, more groups per unit)
 LOCAL = 16  # work-items per side of a work-group (the tile side / LOCAL outputs per work-item)
@@ -30,6 +32,9 @@ LOCAL = 16  # work-items per side of a work-group (the tile side / LOCAL outputs
 # 2 cores, 1024^3 float32) this layout ran at 200 to 250 GFLOP/s against 15 to 30 for
 # 8 x 16 outputs per work-item read straight from B.
 KSTEP = 64
+
+
+FIXED_BINDINGS = 7  # parameters every matmul kernel has: M, N, K, nbatch, meta, A, B
 
 
 class MatmulSpec(NamedTuple):
@@ -61,6 +66,33 @@ def arg_dtypes(spec: MatmulSpec) -> list:
     return [index, index, index, index] + [None] * buffers + list(spec.epilogue.scalars)
 
 
+@functools.lru_cache(maxsize=1024)
+def parameters(spec: MatmulSpec) -> tuple[sig.Param, ...]:
+    """The kernel's parameters: M, N, K, the batch count, the metadata, the outputs,
+    A and B, the epilogue's other inputs, its scalars."""
+    epi = spec.epilogue
+    params = [sig.size("M"), sig.size("N"), sig.size("K"), sig.size("nbatch"), sig.meta()]  # (and A, B: FIXED_BINDINGS)
+    params += [sig.out(epi.inputs[0][0] if ref == -1 else epi.ops[ref].out, f"out{m}")
+               for m, ref in enumerate(epi.outputs)]
+    params += [sig.input_(spec.dtype, "A"), sig.input_(spec.dtype, "B")]
+    params += [sig.input_(epi.inputs[k][0], f"in{k}") for k in range(1, len(epi.inputs))]
+    params += [sig.scalar(sdt, f"a{k}") for k, sdt in enumerate(epi.scalars)]
+    return tuple(params)
+
+
+def metadata(a_layout: tuple[int, int, int], b_layout: tuple[int, int, int], batch: list[tuple[int, int, int]],
+             out_shape: tuple[int, ...], out_rank: int, epi_layouts: list) -> tuple[int, ...]:
+    """The int64 metadata of a launch, in the order the kernel reads it: A's offset and
+    row and column strides, B's, per batch dimension (size, A's stride, B's stride), the
+    output's dims when an epilogue input is strided, the epilogue inputs' layouts."""
+    meta = [*a_layout, *b_layout]
+    for d in batch:
+        meta += list(d)
+    if out_rank:
+        meta += list(out_shape)
+    return tuple(meta + ep.metadata(epi_layouts))
+
+
 def generate(spec: MatmulSpec) -> tuple[str, str]:
     name = kernel_name(spec)
     TILE = spec.tile
@@ -78,21 +110,12 @@ def generate(spec: MatmulSpec) -> tuple[str, str]:
     for hname, hdtype in sorted({(op.name, op.compute) for op in epi.ops
                                  if ex.needs_scalar_code(op.name, op.compute)}, key=repr):
         src.append(ex.helper_source(hname, hdtype))
-    params = ["const IDX M", "const IDX N", "const IDX K", "const IDX nbatch", "__global const long* meta"]
-    for m, ref in enumerate(epi.outputs):
-        odtype = epi.inputs[0][0] if ref == -1 else epi.ops[ref].out
-        params.append(f"__global {dt.CL_NAME[odtype]}* out{m}")
-    params += [f"__global const {t}* A", f"__global const {t}* B"]
-    for k in range(1, len(epi.inputs)):
-        params.append(f"__global const {dt.CL_NAME[epi.inputs[k][0]]}* in{k}")
-    for k, sdt in enumerate(epi.scalars):
-        params.append(f"const {dt.CL_NAME[sdt]} a{k}")
     rows = spec.strategy == "rows"
     if not rows:
         src.append(f"__kernel __attribute__((reqd_work_group_size({LOCAL}, {LOCAL}, 1)))")
     else:
         src.append("__kernel")
-    src.append(f"void {name}({', '.join(params)})")
+    src.append(f"void {name}({sig.declare(parameters(spec))})")
     src.append("{")
     if rows:
         cols, rows_per_item, _ = rows_layout(spec)

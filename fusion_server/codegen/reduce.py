@@ -14,6 +14,7 @@ strategies, chosen per device and size (the key says which):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import NamedTuple
 
@@ -23,8 +24,10 @@ from .. import dtypes as dt
 from . import elementwise as ew
 from . import epilogue as ep
 from . import expressions as ex
+from . import signature as sig
 
 GROUP_SIZE = 256
+FIXED_BINDINGS = 3  # parameters every reduction kernel has: nout, nred, meta
 
 
 class ReduceSpec(NamedTuple):
@@ -257,6 +260,43 @@ def _base_and_strides(spec: ReduceSpec, src: list[str], base: str, start: str, s
     return pos
 
 
+@functools.lru_cache(maxsize=1024)
+def parameters(spec: ReduceSpec) -> tuple[sig.Param, ...]:
+    """The kernel's parameters: the output and reduced element counts, the metadata,
+    the outputs (the epilogue's, then the prologue values written), the inputs (the
+    prologue's, then the epilogue's but the result), the scalars (prologue, epilogue)."""
+    pro, epi = spec.prologue, spec.epilogue
+    params = [sig.size("nout"), sig.size("nred"), sig.meta()]  # (FIXED_BINDINGS)
+    params += [sig.out(epi.inputs[0][0] if ref == -1 else epi.ops[ref].out, f"out{m}")
+               for m, ref in enumerate(epi.outputs)]
+    params += [sig.out(pro.ops[j].out, f"wout{m}") for m, j in enumerate(spec.writes)]
+    params += [sig.input_(dtype, f"in{k}") for k, (dtype, _) in enumerate(pro.inputs)]
+    params += [sig.input_(epi.inputs[k][0], f"in{len(pro.inputs) + k - 1}") for k in range(1, len(epi.inputs))]
+    params += [sig.scalar(dtype, f"a{k}") for k, dtype in enumerate(list(pro.scalars) + list(epi.scalars))]
+    return tuple(params)
+
+
+def metadata(spec: ReduceSpec, kept_dims, red_dims, inputs: list, writes: list, out_shape: tuple[int, ...],
+             epi_layouts: list) -> tuple[int, ...]:
+    """The int64 metadata of a launch, in the order `generate` reads it: the kept dims
+    (when there are kept dims), the reduced dims; per prologue input (offset, kept
+    strides, reduced strides); per written prologue value (kept strides, reduced
+    strides); the output's dims (when an epilogue input is strided); the epilogue
+    inputs' layouts."""
+    kept = spec.kept_rank > 0
+    meta: list[int] = list(kept_dims) if kept else []
+    meta += list(red_dims)
+    for offset, ks, rs in inputs:
+        meta.append(offset)
+        meta += (list(ks) if kept else []) + list(rs)
+    for ks, rs in writes:
+        meta += (list(ks) if kept else []) + list(rs)
+    if spec.out_rank:
+        meta += list(out_shape)
+    meta += ep.metadata(epi_layouts)
+    return tuple(meta) or (0,)
+
+
 def generate(spec: ReduceSpec) -> tuple[str, str]:
     """(source, kernel name) for `spec`."""
     name = kernel_name(spec)
@@ -272,19 +312,7 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
     helpers = {(op.name, op.compute) for op in pro.ops + epi.ops if ex.needs_scalar_code(op.name, op.compute)}
     for hname, hdtype in sorted(helpers, key=repr):
         src.append(ex.helper_source(hname, hdtype))
-    params = ["const IDX nout", "const IDX nred", "__global const long* meta"]
-    for m, ref in enumerate(epi.outputs):
-        odtype = epi.inputs[0][0] if ref == -1 else epi.ops[ref].out
-        params.append(f"__global {dt.CL_NAME[odtype]}* out{m}")
-    for m, j in enumerate(spec.writes):
-        params.append(f"__global {dt.CL_NAME[pro.ops[j].out]}* wout{m}")
-    for k, (dtype, _) in enumerate(pro.inputs):
-        params.append(f"__global const {dt.CL_NAME[dtype]}* in{k}")
-    for k in range(1, len(epi.inputs)):
-        params.append(f"__global const {dt.CL_NAME[epi.inputs[k][0]]}* in{len(pro.inputs) + k - 1}")
-    for k, dtype in enumerate(list(pro.scalars) + list(epi.scalars)):
-        params.append(f"const {dt.CL_NAME[dtype]} a{k}")
-    src.append(f"__kernel void {name}({', '.join(params)})")
+    src.append(f"__kernel void {name}({sig.declare(parameters(spec))})")
     src.append("{")
     group = spec.strategy == "group"
     if group:

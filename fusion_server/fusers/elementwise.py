@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from ..codegen import elementwise as cg
+from ..codegen import signature as sig
 from ..codegen.expressions import SCALAR_EXPRS, needs_scalar_code
 from ..codegen.layout import broadcast_strides, classify, collapse
 from ..context import BlockContext
@@ -268,7 +269,8 @@ class ElementwisePlan:
                 rank=rank,
                 single=recipe.single_outputs,
             )
-            bindings = 1 + int(cg.has_metadata(spec)) + len(spec.outputs) + len(in_entries) + len(scalars)
+            params = cg.parameters(spec)
+            bindings = len(params)
             what = f"element-wise block ({', '.join(recipe.names)})"
             if bindings > self.max_bindings and len(recipe.live_ops) > 1:
                 over = f"needs {bindings} bindings, over the limit of {self.max_bindings}"
@@ -279,8 +281,10 @@ class ElementwisePlan:
             kernel_spec = ctx.build_or_fail(spec, what, out_entries)  # its scalar variant if the vector build failed
             if kernel_spec is None:
                 return
-            built = recipe.kernels[key] = (kernel_spec.spec, kernel_spec.kernel, bindings)
-        spec, kernel, bindings = built
+            if kernel_spec.spec != spec:  # (the scalar variant binds the same arguments)
+                params = cg.parameters(kernel_spec.spec)
+            built = recipe.kernels[key] = (kernel_spec.spec, kernel_spec.kernel, params)
+        spec, kernel, params = built
         in_buffers = [e.storage.buffer for e in in_entries]  # before any is donated
         if None in in_buffers:  # a bug, never a crash on the device: fail the block instead
             raise RuntimeError("an input of the block has no buffer")
@@ -291,13 +295,10 @@ class ElementwisePlan:
             ctx.fail([e.storage for e in out_entries], exc)
             return
         if n:
-            args: list = [spec_index_value(index, n)]
-            if cg.has_metadata(spec):
-                args.append(ctx.metadata_buffer(cg.metadata(spec, dims, layouts)))
-            args.extend(out_buffers)
-            args.extend(in_buffers)
-            args.extend(scalars)
-            ctx.launch_items(kernel, (n + spec.width - 1) // spec.width, args, "elementwise", recipe.names, bindings)
+            meta = [ctx.metadata_buffer(cg.metadata(spec, dims, layouts))] if cg.has_metadata(spec) else []
+            args = sig.bind(params, size=[spec_index_value(index, n)], meta=meta, out=out_buffers,
+                            scalar=scalars, input=in_buffers)
+            ctx.launch_items(kernel, (n + spec.width - 1) // spec.width, args, "elementwise", recipe.names, len(args))
         ctx.mark_ready([e.storage for e in out_entries])
 
 

@@ -7,6 +7,7 @@ import numpy as np
 from ..codegen import elementwise as cg
 from ..codegen import epilogue as ep
 from ..codegen import matmul as mg
+from ..codegen import signature as sig
 from ..codegen.layout import broadcast_strides
 from ..context import BlockContext
 from ..handles import FAILED, PENDING
@@ -58,7 +59,7 @@ class MatmulFuser(LimitedFuser):
                 new.add(operand)
             else:
                 scalars += 1
-        bindings = 7 + len(self.inputs) + len(new) + self.n_scalars + scalars + len(self.epilogue) + 1
+        bindings = mg.FIXED_BINDINGS + len(self.inputs) + len(new) + self.n_scalars + scalars + len(self.epilogue) + 1
         if len(self.epilogue) + 1 >= self.max_ops or bindings > self.max_bindings:
             return self._close("limits")
         self.inputs |= new
@@ -100,13 +101,9 @@ class MatmulPlan:
         nbatch = size_of(batch_shape)
         sa = broadcast_strides(ea.ir.shape[:-2], ea.strides[:-2], batch_shape)
         sb = broadcast_strides(eb.ir.shape[:-2], eb.strides[:-2], batch_shape)
-        meta: list[int] = [ea.offset, ea.strides[-2], ea.strides[-1], eb.offset, eb.strides[-2], eb.strides[-1]]
-        for d in range(len(batch_shape)):
-            meta += [batch_shape[d], sa[d], sb[d]]
         classes, layouts, out_rank = ep.layouts(prod.ir.dtype, epi_entries[1:], out_shape)
-        if out_rank:
-            meta += list(out_shape)
-        meta += ep.metadata(layouts)
+        meta = mg.metadata((ea.offset, ea.strides[-2], ea.strides[-1]), (eb.offset, eb.strides[-2], eb.strides[-1]),
+                           list(zip(batch_shape, sa, sb)), out_shape, out_rank, layouts)
         biggest = max(size_of(out_shape), ea.storage.nbytes // ea.ir.dtype.itemsize,
                       eb.storage.nbytes // eb.ir.dtype.itemsize)
         index = index_type(biggest)
@@ -130,10 +127,9 @@ class MatmulPlan:
         buffers = [ctx.allocate(e.storage) for e in out_entries]
         if size_of(out_shape):
             idx = np.int32 if index == "int" else np.int64
-            args: list = [idx(m), idx(n), idx(k), idx(nbatch), ctx.metadata_buffer(tuple(meta))]
-            args += buffers + [ea.storage.buffer, eb.storage.buffer]
-            args += [e.storage.buffer for e in epi_entries[1:]]
-            args += scalars
+            args = sig.bind(mg.parameters(spec), size=[idx(m), idx(n), idx(k), idx(nbatch)],
+                            meta=[ctx.metadata_buffer(meta)], out=buffers, scalar=scalars,
+                            input=[ea.storage.buffer, eb.storage.buffer, *(e.storage.buffer for e in epi_entries[1:])])
             if spec.strategy == "rows":
                 cols, rows, _ = mg.rows_layout(spec)
                 groups = ((n + cols - 1) // cols, (m + rows - 1) // rows, nbatch)
@@ -144,7 +140,6 @@ class MatmulPlan:
                 tile = spec.tile
                 groups = ((n + tile - 1) // tile * mg.LOCAL, (m + tile - 1) // tile * mg.LOCAL, nbatch)
                 local = (mg.LOCAL, mg.LOCAL, 1)
-            bindings = 7 + len(buffers) + len(epi_entries) - 1 + len(scalars)
             ctx.launch(kernel, groups, local, args, "matmul", [getattr(op, "name", "matmul") for op in self.ops],
-                       bindings)
+                       len(args))
         ctx.mark_ready([e.storage for e in out_entries])

@@ -14,6 +14,7 @@ from .. import dtypes as dt
 from ..codegen import elementwise as cg
 from ..codegen import epilogue as ep
 from ..codegen import reduce as rg
+from ..codegen import signature as sig
 from ..codegen.expressions import SCALAR_EXPRS, needs_scalar_code
 from ..codegen.layout import broadcast_strides, collapse
 from ..context import BlockContext
@@ -75,7 +76,7 @@ class ReduceFuser(LimitedFuser):
                 scalars += 1
         ops = len(self.prologue) + len(self.epilogue) + (self.reduce is not None)
         outputs = len(self.epilogue) + 1 + self.writes_bound
-        bindings = 3 + len(self.inputs) + len(new) + self.n_scalars + scalars + outputs
+        bindings = rg.FIXED_BINDINGS + len(self.inputs) + len(new) + self.n_scalars + scalars + outputs
         if ops >= self.max_ops or bindings > self.max_bindings:
             return False
         self.inputs |= new
@@ -327,20 +328,9 @@ class ReducePlan:
             width=width,
             acc_width=acc_width if 1 < width and acc_width < width else 0,
         )
-        meta: list[int] = list(kdims) if kept_rank else []
-        meta += list(rdims)
-        for e, ks, rs in zip(pro_entries, kept_sets[:n_in], red_sets[:n_in]):
-            meta.append(e.offset)
-            if kept_rank:
-                meta += list(ks)
-            meta += list(rs)
-        for ks, rs in zip(kept_sets[n_in:], red_sets[n_in:]):
-            if kept_rank:
-                meta += list(ks)
-            meta += list(rs)
-        if out_rank:
-            meta += list(out_shape)
-        meta += ep.metadata(epi_layouts)
+        meta = rg.metadata(spec, kdims, rdims,
+                           [(e.offset, ks, rs) for e, ks, rs in zip(pro_entries, kept_sets, red_sets)],
+                           list(zip(kept_sets[n_in:], red_sets[n_in:])), out_shape, epi_layouts)
         built = ctx.build_or_fail(spec, f"reduction block ({red.name})", out_entries + write_entries)
         if built is None:
             return
@@ -348,12 +338,10 @@ class ReducePlan:
         buffers = [ctx.allocate(e.storage) for e in out_entries + write_entries]
         if nout:
             idx = np.int32 if index == "int" else np.int64
-            args: list = [idx(nout), idx(nred), ctx.metadata_buffer(tuple(meta) or (0,))]
-            args += buffers
-            args += [e.storage.buffer for e in pro_entries]
-            args += [e.storage.buffer for e in epi_entries[1:]]
-            args += list(pro_scalars) + list(epi_scalars)
-            bindings = 3 + len(buffers) + len(pro_entries) + len(epi_entries) - 1 + len(pro_scalars) + len(epi_scalars)
+            args = sig.bind(rg.parameters(spec), size=[idx(nout), idx(nred)], meta=[ctx.metadata_buffer(meta)],
+                            out=buffers, scalar=[*pro_scalars, *epi_scalars],
+                            input=[e.storage.buffer for e in pro_entries + epi_entries[1:]])
+            bindings = len(args)
             names = [op.name for op in all_ops]
             if strategy == "group":
                 ctx.launch(kernel, nout * rg.GROUP_SIZE, rg.GROUP_SIZE, args, "reduce", names, bindings)
