@@ -9,9 +9,9 @@ import operator
 from typing import Any, NamedTuple
 
 import numpy as np
-import pyopencl as cl
 
 from fusion_server import dtypes as dt
+from fusion_server.ir import ConcatOp
 
 from . import _functions as F
 from . import _reductions as R
@@ -202,33 +202,6 @@ def vecdot(x1: Tensor, x2: Tensor, axis: int = -1) -> Tensor:
     return R.sum(product, axis=axis, dtype=product.dtype)
 
 
-def _rect_copies(queue, inputs, outputs, *, axis: int) -> None:
-    """Copy each input into its slab of the output with one rectangular copy: the arrays
-    seen as (outer, length along `axis`, inner) blocks. Enqueued only, never waited on."""
-    out = outputs[0]
-    if out.size == 0:
-        return
-    itemsize = out.dtype.itemsize
-    shape = out.shape
-    outer = math.prod(shape[:axis])
-    inner = math.prod(shape[axis + 1:]) * itemsize
-    total = shape[axis]
-    at = 0
-    for piece in inputs:
-        length = piece.shape[axis]
-        if piece.size:
-            cl.enqueue_copy(
-                queue, out.base_data, piece.base_data,
-                src_origin=(piece.offset, 0, 0), dst_origin=(out.offset, at, 0),
-                region=(inner, length, outer),
-                src_pitches=(inner, inner * length), dst_pitches=(inner, inner * total),
-            )
-        at += length
-
-
-_concat_kernel = None
-
-
 def _contiguous(x: Tensor) -> Tensor:
     """x itself when its elements are in C order (size-1 dims ignored), else a copy."""
     expected = 1
@@ -247,9 +220,6 @@ def concat(arrays: Any, axis: int | None = 0) -> Tensor:
     One rectangular device copy per input into the result; inputs that are not in C
     order are copied into it first.
     """
-    from . import custom
-
-    global _concat_kernel
     arrays = list(arrays)
     if not arrays:
         raise ValueError("concat needs at least one tensor")
@@ -270,15 +240,11 @@ def concat(arrays: Any, axis: int | None = 0) -> Tensor:
             raise ValueError(f"concat along axis {axis}: shapes {ts[0].shape} and {t.shape} differ elsewhere")
     dtype = result_type(*ts)
     ts = [_contiguous(t if t.dtype == dtype else F.astype(t, dtype)) for t in ts]
-    if _concat_kernel is None:
-        _concat_kernel = custom.kernel(
-            "concat", _rect_copies,
-            outputs=lambda *specs, axis: [(
-                specs[0].shape[:axis] + (builtins.sum(s.shape[axis] for s in specs),) + specs[0].shape[axis + 1:],
-                specs[0].dtype,
-            )],
-        )
-    return _concat_kernel(*ts, axis=axis)
+    shape = ts[0].shape[:axis] + (builtins.sum(t.shape[axis] for t in ts),) + ts[0].shape[axis + 1:]
+    ir = F._new(client, shape, dtype)
+    out = Tensor._make(client, ir.id, ir.shape, ir.dtype)
+    client.register(ConcatOp(tuple(t._id for t in ts), axis, ir))
+    return out
 
 
 def stack(arrays: Any, axis: int = 0) -> Tensor:

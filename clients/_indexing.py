@@ -14,14 +14,10 @@ import operator
 from typing import Any, NamedTuple
 
 import numpy as np
-import pyopencl as cl
 
 from fusion_server import dtypes as dt
 from fusion_server import opset
-from fusion_server.codegen import gather
-from fusion_server.compiling import BUILD_OPTIONS
-from fusion_server.ir import contiguous_strides
-from fusion_server.runtime.programs import build_kernel
+from fusion_server.ir import MoveOp, contiguous_strides
 
 from . import _functions as F
 from .tensor import Tensor, swap_ids
@@ -251,46 +247,20 @@ def _any_outside(index: Tensor, n: int) -> bool:
     return bool(any_((index < -n) | (index >= n)))
 
 
-# -- the gather / scatter kernel ----------------------------------------------------------------
-_KERNELS: dict[tuple, cl.Kernel] = {}
-
-
-def _kernel(x: Tensor, indices: tuple[Tensor, ...], rank: int) -> cl.Kernel:
-    """The move kernel for x's dtype, the index dtypes and `rank`, built once per context
-    (here, before the op is queued, so no build happens under the server lock). One
-    kernel object serves every launch: launches run one at a time, under that lock."""
-    context = x._client.server.runtime.context
-    key = (context.int_ptr, x.dtype, tuple(t.dtype for t in indices), rank)
-    kernel = _KERNELS.get(key)
-    if kernel is None:
-        source = gather.move_source(x.dtype, key[2], rank)
-        kernel = _KERNELS[key] = build_kernel(context, source, "move", BUILD_OPTIONS)
-    return kernel
-
-
-_move = None
-
-
-def _move_kernel():
-    global _move
-    if _move is None:
-        from . import custom
-
-        def outputs(*specs, scatter, out_shape, **_):
-            return [(specs[0].shape if scatter else out_shape, specs[0].dtype)]
-
-        def launch(queue, inputs, outputs, *, out_shape, **params):
-            gather.launch_move(queue, inputs, outputs, **params)
-
-        _move = custom.kernel("index", launch, outputs=outputs)
-    return _move
+# -- the gather / scatter op --------------------------------------------------------------------
+def _move(name: str, inputs: list[Tensor], out_shape: tuple[int, ...], dtype: np.dtype, sel: _Selection,
+          region: tuple | None = None) -> Tensor:
+    """Queue a MoveOp (the server's gather / scatter kernel) and return its output."""
+    client = inputs[0]._client
+    ir = F._new(client, out_shape, dtype)
+    out = Tensor._make(client, ir.id, ir.shape, ir.dtype)
+    client.register(MoveOp(name, tuple(t._id for t in inputs), ir, sel.region_map, sel.adv, sel.b_map, region))
+    return out
 
 
 def _gather(x: Tensor, sel: _Selection) -> Tensor:
     y = F.getitem(x, sel.basic)
-    kernel = _kernel(x, sel.indices, len(sel.out_shape))
-    return _move_kernel()(y, *sel.indices, kernel=kernel, scatter=False, region_map=sel.region_map,
-                          adv=sel.adv, b_map=sel.b_map, region=None, out_shape=sel.out_shape)
+    return _move("gather", [y, *sel.indices], sel.out_shape, x.dtype, sel)
 
 
 def _scatter(x: Tensor, sel: _Selection, value: Tensor) -> Tensor:
@@ -298,11 +268,9 @@ def _scatter(x: Tensor, sel: _Selection, value: Tensor) -> Tensor:
     from ._array_api import _contiguous
 
     region = F.basic_layout(x.shape, contiguous_strides(x.shape), 0, sel.basic)
-    kernel = _kernel(x, sel.indices, len(sel.out_shape))
     # The old value is copied whole into the result, so it must be one run of elements.
     old = _contiguous(x)
-    return _move_kernel()(old, value, *sel.indices, kernel=kernel, scatter=True, region_map=sel.region_map,
-                          adv=sel.adv, b_map=sel.b_map, region=region, out_shape=sel.out_shape)
+    return _move("scatter", [old, value, *sel.indices], x.shape, x.dtype, sel, region)
 
 
 # -- reading -----------------------------------------------------------------------------------

@@ -17,16 +17,12 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
-import pyopencl as cl
 
 from fusion_server import dtypes as dt
 from fusion_server.codegen import elementwise as cg
-from fusion_server.codegen import expressions as ex
-from fusion_server.compiling import BUILD_OPTIONS
 from fusion_server.context import BlockContext
 from fusion_server.fusers.base import Fuser
 from fusion_server.ir import CustomKernelOp, ElementwiseOp, Scalar, TensorIr
-from fusion_server.runtime.programs import KernelBuildError, build_kernel
 
 from . import _functions as F
 from .devices import client_for
@@ -74,22 +70,6 @@ def _rename(expr: str, names: Sequence[str]) -> str:
     return _IDENTIFIER.sub(rename, expr)
 
 
-def _trial_build(context: cl.Context, op: cg.TraceOp, n_inputs: int, n_scalars: int, width: int) -> None:
-    """Build `op` alone over inputs and scalars of its compute dtype; KernelBuildError if
-    the driver rejects it."""
-    spec = cg.KernelSpec(
-        ops=(op,),
-        inputs=tuple((op.compute, "contig") for _ in range(n_inputs)),
-        scalars=tuple(op.compute for _ in range(n_scalars)),
-        outputs=(0,),
-        width=width,
-        index="int",
-        rank=0,
-    )
-    source, name = cg.generate(spec)
-    build_kernel(context, source, name, BUILD_OPTIONS)
-
-
 def elementwise(
     name: str,
     expr: str,
@@ -123,37 +103,26 @@ def elementwise(
     names = tuple(f"u_{n}" for n in inputs + params)
     op_name = f"custom_{name}"
     args = tuple(("i", k) for k in range(len(inputs))) + tuple(("s", k) for k in range(len(params)))
-    checked: dict[tuple, str] = {}  # (context, compute, result) -> "" or why it does not build
+    checked: dict[tuple, str] = {}  # (server, compute, result) -> "" or why it does not build
 
-    def check(context: cl.Context, compute: np.dtype, result: np.dtype) -> str:
+    def check(server, compute: np.dtype, result: np.dtype) -> str:
         """Build the op for `compute` once per device: '' if it builds, else the reason.
         (A vector form is used where it builds too.)"""
-        key = (context.int_ptr, compute, result)
+        key = (id(server), compute, result)
         why = checked.get(key)
         if why is None:
             trial = cg.TraceOp(op_name, compute, result, args, code, names)
-            try:
-                _trial_build(context, trial, len(inputs), len(params), 1)
-                why = ""
-            except KernelBuildError as exc:
-                why = str(exc)
-            if not why:
-                try:
-                    _trial_build(context, trial, len(inputs), len(params), 4)
-                except KernelBuildError:
-                    ex.SCALAR_EXPRS.add((code, compute))
-            checked[key] = why
+            why = checked[key] = server.check_expression(trial, len(inputs), len(params))
         return why
 
     # Check now that it builds for one of the dtypes it is most likely called with (`x % 2`
     # builds for integers only); each dtype it is called with is checked at its first
     # call, so an expression that does not fit its inputs raises where it is used.
     client = client_for()
-    context = client.server.runtime.context
     kinds = [dt.float32, dt.int32, dt.int64] + ([dt.float64] if client.fp64 else [])
     reasons = []
     for d in kinds:
-        reasons.append(check(context, d, out_dtype or d))
+        reasons.append(check(client.server, d, out_dtype or d))
         if not reasons[-1]:
             break
     else:
@@ -172,7 +141,7 @@ def elementwise(
         for t in ts[1:]:
             compute = dt.promote(compute, t.dtype)
         result = out_dtype or compute
-        why = check(cl_client.server.runtime.context, compute, result)
+        why = check(cl_client.server, compute, result)
         if why:
             raise CustomOpError(f"custom op {name!r}: expression {expr!r} does not compile for "
                                 f"{compute.name} inputs:\n{why}")

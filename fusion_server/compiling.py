@@ -9,6 +9,7 @@ resumes. Meanwhile other threads register, launch and read.
 from __future__ import annotations
 
 from .codegen import elementwise as cg
+from .codegen import gather as gg
 from .codegen import matmul as mg
 from .codegen import reduce as rg
 from .codegen import sort as sg
@@ -21,7 +22,7 @@ BUILD_OPTIONS = ("-cl-fp32-correctly-rounded-divide-sqrt",)
 
 def _generator(spec):
     """The codegen module that turns `spec` into source."""
-    for module, kind in ((rg, rg.ReduceSpec), (mg, mg.MatmulSpec), (sg, sg.SortSpec)):
+    for module, kind in ((rg, rg.ReduceSpec), (mg, mg.MatmulSpec), (sg, sg.SortSpec), (gg, gg.MoveSpec)):
         if isinstance(spec, kind):
             return module
     return cg
@@ -47,6 +48,14 @@ class CompileJob:
             self.programs.build_once(spec, gen.generate, BUILD_OPTIONS, gen.arg_dtypes, scalar)
         except Exception as exc:
             self.programs.failed[spec] = kept(exc)  # (kept for good: without its traceback)
+
+
+def trial_build(programs: ProgramCache, spec) -> str:
+    """Build `spec` once through the program cache, without a scalar fallback: '' if it
+    builds, else the driver's reason. Safe without the server lock."""
+    CompileJob(programs, spec, fallback=False).run()
+    failure = programs.failed.get(spec)
+    return "" if failure is None else str(failure)
 
 
 class NeedsCompile(Exception):  # noqa: N818  (a signal, not an error)

@@ -106,6 +106,9 @@ class BlockContext:
         # fails (off while qualifying, where a failing vector build is the finding).
         self.build_fallback = True
         self.counters: dict[str, int] = {}
+        # Custom expressions, with the dtype they compute in, that build on this device as
+        # scalar code only (see the server's check_expression): kernels holding them are.
+        self.scalar_exprs: set[tuple[str, object]] = set()
         self.recorders: list = []  # inspect()'s, each with a `kernels` list
         self.note = ""  # why the block being run was cut where it was (inspect() only)
         self.in_flight: Plan | None = None  # the block being run, until its stream has dropped its ops

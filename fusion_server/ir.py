@@ -99,7 +99,36 @@ class MatmulOp(NamedTuple):
     out: TensorIr
 
 
-OperationIr = Union[ElementwiseOp, CustomKernelOp, ReduceOp, MatmulOp, SortOp]
+class MoveOp(NamedTuple):
+    """An integer-array gather or scatter (see codegen/gather.py).
+
+    gather: `out = src[indices]`, inputs (src, *indices), `src` being the region the
+    indices select in. scatter: `out = old` with `value` written through the indices into
+    `region` of it, inputs (old, value, *indices); `old` is one run of elements. The maps
+    place the broadcast index shape among the region's dimensions (numpy's rules)."""
+
+    name: str  # "gather" or "scatter"
+    inputs: tuple[int, ...]
+    out: TensorIr
+    region_map: tuple[int, ...]  # per iteration dim: the region dim it walks, or -1 (an index dim)
+    adv: tuple[int, ...]  # the region dims the index arrays index
+    b_map: tuple[int, ...]  # per iteration dim: the index shape's dim, or -1
+    region: tuple | None = None  # scatter: the region's (shape, strides, offset) in `out`
+
+
+class ConcatOp(NamedTuple):
+    """`out` = the inputs (C-ordered, of out's dtype) joined along `axis`."""
+
+    inputs: tuple[int, ...]
+    axis: int
+    out: TensorIr
+
+    @property
+    def name(self) -> str:
+        return "concat"
+
+
+OperationIr = Union[ElementwiseOp, CustomKernelOp, ReduceOp, MatmulOp, SortOp, MoveOp, ConcatOp]
 
 
 def tensor_inputs(op: OperationIr) -> tuple[int, ...]:

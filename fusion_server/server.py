@@ -16,20 +16,25 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyopencl as cl
 
+from .codegen import elementwise as cg
 from .codegen import expressions as ex
+from .compiling import trial_build
 from .context import BlockContext, KernelRecord, Plan, variant_of  # noqa: F401 (KernelRecord, variant_of: public here too)
 from .errors import FusionError, TensorFailedError, kept
 from .fusers.base import Fuser, GuardedFuser
 from .fusers.custom_kernel import CustomKernelPlan
 from .fusers.elementwise import ElementwiseFuser, ElementwisePlan
 from .fusers.matmul import MatmulFuser, MatmulPlan
+from .fusers.move import ConcatPlan, MovePlan
 from .fusers.reduce import ReduceFuser, ReducePlan
 from .fusers.sort import SortPlan
 from .handles import FAILED, PENDING, READY, HandleContainer, Storage, pending_entry, span_of
 from .ir import (
+    ConcatOp,
     CustomKernelOp,
     ElementwiseOp,
     MatmulOp,
+    MoveOp,
     OperationIr,
     ReduceOp,
     SortOp,
@@ -190,6 +195,10 @@ class FusionServer:
             return MatmulPlan(op, [])
         if type(op) is SortOp:
             return SortPlan(op)
+        if type(op) is MoveOp:
+            return MovePlan(op)
+        if type(op) is ConcatOp:
+            return ConcatPlan(op)
         raise FusionError(f"no plan can run {type(op).__name__}")
 
     def _plan_store(self) -> PlanStore | None:
@@ -481,6 +490,23 @@ class FusionServer:
         if storage.pins <= 0:
             self.pinned.discard(storage)
         self.handles.release_if_unused(storage)
+
+    def check_expression(self, op: cg.TraceOp, n_inputs: int, n_scalars: int) -> str:
+        """Whether custom element-wise `op` builds on this device: '' if it does, else the
+        driver's reason. Built alone over contiguous inputs and scalars of its compute
+        dtype, as scalar code and as vector code; one that builds as scalar code only is
+        kept, and the kernels holding it are scalar code. Safe without the server lock:
+        it builds through the program cache alone, like any kernel."""
+        def alone(width: int) -> cg.KernelSpec:
+            return cg.KernelSpec(ops=(op,), inputs=tuple((op.compute, "contig") for _ in range(n_inputs)),
+                                 scalars=tuple(op.compute for _ in range(n_scalars)), outputs=(0,),
+                                 width=width, index="int", rank=0)
+
+        programs = self.runtime.programs
+        why = trial_build(programs, alone(1))
+        if not why and trial_build(programs, alone(4)):
+            self.ctx.scalar_exprs.add((op.expr, op.compute))
+        return why
 
     def sync(self, stream_id: int) -> cl.Event:
         """Run this stream's queue; an event that completes after all enqueued work."""

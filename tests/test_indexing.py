@@ -52,11 +52,11 @@ def test_gather_from_strided_views_with_device_indices():
     idx = np.array([[4, -5], [0, 2]])
     _equal(x.T[::-1][xp.asarray(idx)], a.T[::-1][idx])
     _equal(x[1:, ::2][:, xp.asarray(np.array([2, 0], np.int32))], a[1:, ::2][:, [2, 0]])
-    # The gather is one custom kernel; what follows fuses as usual.
+    # The gather is one move kernel; what follows fuses as usual.
     with xp.inspect() as rec:
         y = x[[3, 1]] * 2.0 + 1.0
         y.numpy()
-    assert [k.kind for k in rec.kernels] == ["custom", "elementwise"]
+    assert [k.kind for k in rec.kernels] == ["move", "elementwise"]
     np.testing.assert_allclose(y.numpy(), a[[3, 1]] * 2 + 1, rtol=1e-6)
 
 
@@ -222,7 +222,7 @@ def test_setitem_fuses_a_value_that_varies_only_along_whole_axes():
         x.numpy()
     a[2:7:2, 1:3] = w
     _equal(x, a)
-    assert [k.kind for k in rec.kernels] == ["custom"]
+    assert [k.kind for k in rec.kernels] == ["move"]
 
 
 def test_setitem_is_copy_on_write():

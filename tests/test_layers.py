@@ -119,3 +119,15 @@ def test_fusion_server_never_imports_the_user_layer():
                 assert not (node.module or "").startswith("clients"), name
             if isinstance(node, ast.Import):
                 assert not any(a.name.startswith("clients") for a in node.names), name
+
+
+def test_no_device_code_in_the_user_layer():
+    """clients validates, describes and calls; kernels, programs and copies are the
+    server's (through its program cache: dumps, counters, build failures)."""
+    found = []
+    for path in sorted((ROOT / "clients").rglob("*.py")):
+        text = path.read_text()
+        for needle in ("__kernel", "cl.Program", "enqueue_", "build_kernel", "import pyopencl as cl"):
+            if needle in text:
+                found.append(f"{path.name}: {needle}")
+    assert found == []

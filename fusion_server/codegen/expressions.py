@@ -104,9 +104,6 @@ def pick(mask: str, a: str, b: str, width: int) -> str:
 # Ops whose integer (or float) form needs a helper function with branches; kernels that
 # use them run one element per work-item.
 SCALAR_ONLY = {"floor_divide", "remainder"}
-# Custom expressions, with the dtype they compute in, that did not compile at a vector
-# width (filled when an op is first called with that dtype).
-SCALAR_EXPRS: set[tuple[str, object]] = set()
 SCALAR_ONLY_INT = {"pow"}
 
 _INFIX = {

@@ -1,5 +1,5 @@
 """OpenCL C for integer-array gathers and scatters (`y = x[idx]`, `x[idx] = v`), and
-their launch.
+their launch arguments.
 
 One kernel moves elements: `dst[d] = src[s]` over an iteration space, with d and s an
 offset plus coordinates times strides, plus each index array's value times its axis's
@@ -9,15 +9,40 @@ copies the old values into the output, then walks the value and writes into the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
-import pyopencl as cl
 
 from .. import dtypes as dt
 
 
-def move_source(dtype: np.dtype, index_dtypes: tuple[np.dtype, ...], rank: int) -> str:
+class MoveSpec(NamedTuple):
+    """Everything the move kernel's source depends on; the program cache's key."""
+
+    dtype: np.dtype  # of the elements moved
+    index_dtypes: tuple[np.dtype, ...]
+    rank: int  # dimensions of the iteration space
+
+
+def kernel_name(spec: MoveSpec) -> str:
+    return f"move_{spec.dtype}_{'_'.join(str(d) for d in spec.index_dtypes)}_{spec.rank}d"
+
+
+def generate(spec: MoveSpec) -> tuple[str, str]:
+    """(source, kernel name) for `spec`."""
+    name = kernel_name(spec)
+    return move_source(spec.dtype, spec.index_dtypes, spec.rank, name), name
+
+
+def arg_dtypes(spec: MoveSpec) -> None:
+    return None  # every scalar argument is passed as a numpy int64
+
+
+def scalar_variant(spec: MoveSpec) -> None:
+    return None  # one element per work-item already
+
+
+def move_source(dtype: np.dtype, index_dtypes: tuple[np.dtype, ...], rank: int, name: str = "move") -> str:
     """OpenCL C for `dst[d] = src[s]` over an iteration space of `rank` dimensions.
 
     Each work-item splits its flat index into coordinates; d and s are an offset plus
@@ -44,7 +69,7 @@ def move_source(dtype: np.dtype, index_dtypes: tuple[np.dtype, ...], rank: int) 
         body.append(f"{{ long v = (long)idx{k}[i{k}]; if (v < 0) v += m{k}; v = clamp(v, 0L, m{k} - 1);"
                     f" d += v * da{k}; s += v * sa{k}; }}")
     body.append("dst[d] = src[s];")
-    return "__kernel void move(" + ", ".join(params) + ") {\n  " + "\n  ".join(body) + "\n}\n"
+    return f"__kernel void {name}(" + ", ".join(params) + ") {\n  " + "\n  ".join(body) + "\n}\n"
 
 
 def _elements(a: Any) -> tuple[int, tuple[int, ...]]:
@@ -53,16 +78,14 @@ def _elements(a: Any) -> tuple[int, tuple[int, ...]]:
     return a.offset // size, tuple(s // size for s in a.strides)
 
 
-def launch_move(queue, inputs, outputs, *, kernel, scatter, region_map, adv, b_map, region) -> None:
-    """Gather (`out = y[indices]`) or scatter (`out = old; out.y[indices] = value`), enqueued
-    only. `region` is the selected region's (shape, strides, offset) in the output for a
-    scatter; a gather reads it from its first input."""
-    out = outputs[0]
+def move_arguments(inputs, out, *, scatter, region_map, adv, b_map, region) -> tuple[int, list]:
+    """The work-items and arguments of a gather (`out = y[indices]`) or a scatter (`out.y
+    [indices] = value`, once `out` holds the old values). `inputs` and `out` are
+    pyopencl arrays; inputs are (y, *indices) or (old, value, *indices). `region` is the
+    selected region's (shape, strides, offset) in the output for a scatter; a gather
+    reads it from its first input."""
     if scatter:  # walk the value; write through the region of the output
-        old, src, *indices = inputs
-        if old.size:  # the old values first (one run of elements), in queue order
-            cl.enqueue_copy(queue, out.base_data, old.base_data, byte_count=old.nbytes,
-                            src_offset=old.offset, dst_offset=out.offset)
+        _, src, *indices = inputs
         region_shape, region_strides, dst_off = region
         src_off, src_walk = _elements(src)
         dst_walk = [region_strides[r] if r >= 0 else 0 for r in region_map]
@@ -81,7 +104,7 @@ def launch_move(queue, inputs, outputs, *, kernel, scatter, region_map, adv, b_m
         it_shape = out.shape
     n = int(np.prod(it_shape, dtype=np.int64))
     if n == 0:
-        return
+        return 0, []
     i64 = np.int64
     args: list[Any] = [out.base_data, i64(dst_off), src.base_data, i64(src_off)]
     index_strides = []
@@ -95,4 +118,4 @@ def launch_move(queue, inputs, outputs, *, kernel, scatter, region_map, adv, b_m
         args += [i64(st[b_map[o]] if b_map[o] >= 0 else 0) for st in index_strides]
     for k in range(len(adv)):
         args += [i64(sizes[k]), i64(dst_adv[k]), i64(src_adv[k])]
-    kernel(queue, (n,), None, *args)
+    return n, args

@@ -12,7 +12,7 @@ import logging
 
 from ..codegen import elementwise as cg
 from ..codegen import signature as sig
-from ..codegen.expressions import SCALAR_EXPRS, needs_scalar_code
+from ..codegen.expressions import needs_scalar_code
 from ..codegen.layout import broadcast_strides, classify, collapse
 from ..context import BlockContext
 from ..errors import TensorFailedError, after_failed_input
@@ -183,12 +183,12 @@ class ElementwisePlan:
         self.replayed = replayed  # from the plan store: no fuser has checked the limits
         self.cache = cache
 
-    def _recipe(self, entries: dict) -> _Recipe:
+    def _recipe(self, entries: dict, scalar_exprs: set) -> _Recipe:
         ops, cache = self.ops, self.cache
         if cache is None:
             slots = alias_slots(ops, entries)
             aliases = {ops[j].inputs[s]: target for j, s, target in slots} if slots else None
-            return _Recipe(ops, needed_values(ops, entries, None, aliases), aliases)
+            return _Recipe(ops, needed_values(ops, entries, None, aliases), scalar_exprs, aliases)
         reads = cache.get("reads")
         if reads is None:
             reads = inblock_reads(ops)
@@ -200,13 +200,13 @@ class ElementwisePlan:
         key = tuple(sorted(needed))
         recipe = cache.get(key)
         if recipe is None:
-            recipe = cache[key] = _Recipe(ops, needed, aliases)
+            recipe = cache[key] = _Recipe(ops, needed, scalar_exprs, aliases)
         return recipe
 
     def execute(self, ctx: BlockContext) -> None:
         ops = self.ops
         entries = ctx.entries
-        recipe = self._recipe(entries)
+        recipe = self._recipe(entries, ctx.scalar_exprs)
         if not recipe.trace:
             return
         in_entries, scalars = bind_slots(ops, recipe.in_slots, recipe.scalar_slots, entries)
@@ -310,7 +310,8 @@ class _Recipe:
     __slots__ = ("needed", "live_ops", "names", "trace", "in_slots", "scalar_slots", "scalar_dtypes",
                  "outputs", "scalar_code", "dtypes", "kernels", "big", "singles", "single_outputs")
 
-    def __init__(self, ops: list[ElementwiseOp], needed: set[int], aliases: dict[int, int] | None = None):
+    def __init__(self, ops: list[ElementwiseOp], needed: set[int], scalar_exprs: set,
+                 aliases: dict[int, int] | None = None):
         live = liveness(ops, needed, aliases)
         self.needed = sorted(needed)
         self.live_ops = [op for j, op in enumerate(ops) if live[j]]
@@ -319,7 +320,7 @@ class _Recipe:
         self.trace = tuple(trace)
         self.scalar_dtypes = tuple(scalar_dtypes)
         self.outputs = tuple(vmap[j] for j in self.needed)
-        self.scalar_code = any(needs_scalar_code(t.name, t.compute) or (t.expr, t.compute) in SCALAR_EXPRS
+        self.scalar_code = any(needs_scalar_code(t.name, t.compute) or (t.expr, t.compute) in scalar_exprs
                                for t in trace)
         self.dtypes = frozenset(cg.dtypes_of(trace, self.scalar_dtypes))  # (inputs' are added per launch)
         # The block's shape (its biggest op's), and the ops that compute one value broadcast

@@ -15,7 +15,7 @@ from ..codegen import elementwise as cg
 from ..codegen import epilogue as ep
 from ..codegen import reduce as rg
 from ..codegen import signature as sig
-from ..codegen.expressions import SCALAR_EXPRS, needs_scalar_code
+from ..codegen.expressions import needs_scalar_code
 from ..codegen.layout import broadcast_strides, collapse
 from ..context import BlockContext
 from ..handles import FAILED, PENDING
@@ -305,7 +305,7 @@ class ReducePlan:
             and (red.name not in ("argmax", "argmin") or index == "int" or red.acc.itemsize == 8)
             and not dt.is_bool(red.acc)
             and all(st[0] in (0, 1) for st in red_sets[:n_in]) and all(st[0] == 1 for st in red_sets[n_in:])
-            and not any(needs_scalar_code(t.name, t.compute) or (t.expr, t.compute) in SCALAR_EXPRS for t in trace)
+            and not any(needs_scalar_code(t.name, t.compute) or (t.expr, t.compute) in ctx.scalar_exprs for t in trace)
         )
         if vectorize:
             classes = tuple((e.ir.dtype, "strided1" if st[0] == 1 else "strided0")

@@ -24,10 +24,8 @@ import numpy as np
 
 from .. import dtypes as dt
 from .. import opset
-from ..codegen import gather
-from ..ir import ElementwiseOp, MatmulOp, ReduceOp, Scalar, SortOp, TensorIr
+from ..ir import ElementwiseOp, MatmulOp, MoveOp, ReduceOp, Scalar, SortOp, TensorIr
 from ..runtime import waits
-from ..runtime.programs import build_kernel
 
 N = 4096 + 13  # several work-groups, and a tail shorter than any vector
 ROWS, COLS = 6, 203  # reductions: rows longer than 16-wide steps, with a tail
@@ -183,23 +181,11 @@ class DeviceOps:
         return Ref(out.id)
 
     def take(self, x: int, index: int) -> int:
-        """A 1-D gather through the library's move kernel, launched directly."""
-        server = self.server
+        """A 1-D gather through the library's move kernel."""
         (n,), dtype = self.meta[x]
-        (m,), idtype = self.meta[index]
+        (m,), _ = self.meta[index]
         out = self._new((m,), dtype)
-        server.flush_stream(STREAM, "gather")
-        src, idx = server.handles.get(x), server.handles.get(index)
-        storage = server.handles.new_storage(m * dtype.itemsize, 1)
-        server.ctx.allocate(storage)
-        server.handles.add(out, storage)
-        kernel = build_kernel(server.runtime.context, gather.move_source(dtype, (idtype,), 1), "move")
-        import pyopencl.array as cla
-
-        queue = server.runtime.queue
-        as_array = lambda e: cla.Array(queue, e.ir.shape, e.ir.dtype, data=e.storage.buffer)  # noqa: E731
-        gather.launch_move(queue, [as_array(src), as_array(idx)], [as_array(server.handles.get(out.id))],
-                           kernel=kernel, scatter=False, region_map=[-1], adv=[0], b_map=[0], region=None)
+        self._register(MoveOp("gather", (int(x), int(index)), out, region_map=(-1,), adv=(0,), b_map=(0,)), (out,))
         return Ref(out.id)
 
     def read(self, tid: int) -> np.ndarray:

@@ -1,0 +1,89 @@
+"""Plans that move elements: integer-array gathers and scatters (one generated kernel,
+see codegen/gather.py) and concatenation (one rectangular device copy per input).
+
+No fuser takes these ops: each runs alone, in its place in the stream, and later ops
+read its output like any tensor.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pyopencl as cl
+
+from ..codegen import gather as gg
+from ..context import BlockContext
+from ..ir import ConcatOp, MoveOp
+from .custom_kernel import array_of
+
+
+class MovePlan:
+    """A gather or scatter: the old values copied first (scatter), then the move kernel."""
+
+    def __init__(self, op: MoveOp):
+        self.ops = [op]
+        self.op = op
+
+    def execute(self, ctx: BlockContext) -> None:
+        op = self.op
+        entries = ctx.entries
+        ins = [entries[t] for t in op.inputs]
+        out = entries[op.out.id]
+        if ctx.fail_if_inputs_failed(f"{op.name} ({op.name})", ins, [out]):
+            return
+        scatter = op.name == "scatter"
+        indices = ins[2:] if scatter else ins[1:]
+        walked = ins[1].ir.shape if scatter else op.out.shape  # a scatter walks its value, a gather its output
+        spec = gg.MoveSpec(op.out.dtype, tuple(e.ir.dtype for e in indices), len(walked))
+        built = ctx.build_or_fail(spec, f"{op.name} ({op.name})", [out])
+        if built is None:
+            return
+        ctx.allocate(out.storage)
+        arrays = [array_of(ctx, e) for e in ins]
+        result = array_of(ctx, out)
+        if scatter and arrays[0].size:  # the old values first (one run of elements), in queue order
+            old = arrays[0]
+            cl.enqueue_copy(ctx.queue, result.base_data, old.base_data, byte_count=old.nbytes,
+                            src_offset=old.offset, dst_offset=result.offset)
+        n, args = gg.move_arguments(arrays, result, scatter=scatter, region_map=op.region_map, adv=op.adv,
+                                    b_map=op.b_map, region=op.region)
+        if n:
+            local = ctx.group_size(n)
+            ctx.launch(built.kernel, (n + local - 1) // local * local, local, args, "move", [op.name], len(args), n)
+        ctx.mark_ready([out.storage])
+
+
+class ConcatPlan:
+    """The inputs copied into their slabs of the output, one rectangular copy each: the
+    arrays seen as (outer, length along the axis, inner) blocks."""
+
+    def __init__(self, op: ConcatOp):
+        self.ops = [op]
+        self.op = op
+
+    def execute(self, ctx: BlockContext) -> None:
+        op = self.op
+        entries = ctx.entries
+        ins = [entries[t] for t in op.inputs]
+        out = entries[op.out.id]
+        if ctx.fail_if_inputs_failed("concat", ins, [out]):
+            return
+        ctx.allocate(out.storage)
+        shape = op.out.shape
+        itemsize = op.out.dtype.itemsize
+        if math.prod(shape):
+            outer = math.prod(shape[:op.axis])
+            inner = math.prod(shape[op.axis + 1:]) * itemsize
+            total = shape[op.axis]
+            at = 0
+            for e in ins:
+                length = e.ir.shape[op.axis]
+                if length and outer and inner:
+                    cl.enqueue_copy(
+                        ctx.queue, out.storage.buffer, e.storage.buffer,
+                        src_origin=(e.offset * itemsize, 0, 0), dst_origin=(0, at, 0),
+                        region=(inner, length, outer),
+                        src_pitches=(inner, inner * length), dst_pitches=(inner, inner * total),
+                    )
+                at += length
+        ctx.mark_ready([out.storage])
