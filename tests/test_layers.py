@@ -131,3 +131,18 @@ def test_no_device_code_in_the_user_layer():
             if needle in text:
                 found.append(f"{path.name}: {needle}")
     assert found == []
+
+
+def test_the_device_free_tests_run_with_no_opencl_platform():
+    """The stream and fuser tests drive a fake block context: run them where no OpenCL
+    driver can be found (an empty ICD vendor directory), and check that none was."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OCL_ICD_VENDORS": "/nonexistent", "OCL_ICD_FILENAMES": "", "FUSION_EXPECT_NO_OPENCL": "1"}
+    tests = ["tests/test_stream_decisions.py", "tests/test_layers.py::test_no_import_circle_inside_fusion_server"]
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:cov", *tests],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-2000:]
