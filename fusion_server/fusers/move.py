@@ -86,4 +86,6 @@ class ConcatPlan:
                         src_pitches=(inner, inner * length), dst_pitches=(inner, inner * total),
                     )
                 at += length
+        # (recorded like a kernel: inspect() shows every command a block enqueues)
+        ctx.record_launch("copy", ["concat"], len(ins) + 1, "concat", math.prod(shape))
         ctx.mark_ready([out.storage])
