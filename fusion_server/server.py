@@ -116,8 +116,6 @@ class FusionServer:
     matmul_strategy = _OnContext()
     compile_under_lock = _OnContext()
     build_fallback = _OnContext()
-    counters = _OnContext()
-    recorders = _OnContext()
     in_flight = _OnContext()
 
     def __init__(
@@ -152,6 +150,8 @@ class FusionServer:
         # What streams, fusers and plans see of this server (the settings below live there).
         self.ctx = BlockContext(info, self.handles, self.runtime, widths, bindings, self._single, self.drain_drops)
         self.max_ops = max_ops or _env_int("FUSION_MAX_OPS") or 64
+        self.counters = self.ctx.counters  # (the context's dict and list themselves: read on hot paths)
+        self.recorders = self.ctx.recorders
         self.fuser_factories: list[Callable[[BlockContext], Fuser]] = []
         # Stored decisions of the fusers, per fuser configuration (see plans.py).
         self.plan_stores: dict[tuple, PlanStore] = {}
