@@ -141,7 +141,8 @@ def test_the_device_free_tests_run_with_no_opencl_platform():
     import sys
 
     env = {**os.environ, "OCL_ICD_VENDORS": "/nonexistent", "OCL_ICD_FILENAMES": "", "FUSION_EXPECT_NO_OPENCL": "1"}
-    tests = ["tests/test_stream_decisions.py", "tests/test_layers.py::test_no_import_circle_inside_fusion_server"]
+    tests = ["tests/test_stream_decisions.py", "tests/test_signatures.py",
+             "tests/test_layers.py::test_no_import_circle_inside_fusion_server"]
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:cov", *tests],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]

@@ -9,12 +9,13 @@ from typing import NamedTuple
 
 from .. import dtypes as dt
 
-ROLES = ("size", "meta", "out", "input", "scalar")
+ROLES = ("size", "meta", "out", "input", "scalar", "local")
 
 
 class Param(NamedTuple):
     role: str  # one of ROLES
     decl: str  # the OpenCL C declaration
+    dtype: object = None  # a scalar's numpy dtype (for pyopencl's argument types)
 
 
 def size(name: str) -> Param:
@@ -34,7 +35,17 @@ def input_(dtype, name: str) -> Param:
 
 
 def scalar(dtype, name: str) -> Param:
-    return Param("scalar", f"const {dt.CL_NAME[dtype]} {name}")
+    return Param("scalar", f"const {dt.CL_NAME[dtype]} {name}", dtype)
+
+
+def raw(role: str, decl: str, dtype=None) -> Param:
+    """A parameter declared in words (a typedef'd type, a local buffer)."""
+    return Param(role, decl, dtype)
+
+
+def arg_dtypes(params: Sequence[Param]) -> list:
+    """pyopencl's scalar argument types: the scalars' dtypes, None for buffers."""
+    return [p.dtype for p in params]
 
 
 def declare(params: Sequence[Param]) -> str:

@@ -22,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import dtypes as dt
+from . import signature as sig
 
 
 class SortSpec(NamedTuple):
@@ -64,12 +65,26 @@ def kernel_name(spec: SortSpec) -> str:
     return f"sort_{spec.stage}_{spec.dtype.name}_{outs}"
 
 
-def arg_dtypes(spec: SortSpec) -> list:
+def parameters(spec: SortSpec) -> tuple[sig.Param, ...]:
+    """The kernel's parameters. Tiles: the input and its offset, rows, n, the segment,
+    descending, final; the keys and indices out, the values and indices (the result);
+    local keys and indices. Merge: the keys and indices in, rows, n, the run, the chunk,
+    final; the keys and indices out; the input and its offset; the result."""
+    i32, i64 = np.dtype(np.int32), np.dtype(np.int64)
+    result = [sig.raw("out", "__global T *values"), sig.raw("out", "__global long *indices")]
     if spec.stage == "tiles":
-        # in, in_off, rows, n, seg, desc, final, keys, idx, values, indices, local keys, local idx
-        return [None, np.int64, np.int32, np.int32, np.int32, np.int32, np.int32] + [None] * 6
-    # keys, idx, rows, n, run, chunk, final, keys out, idx out, in, in_off, values, indices
-    return [None, None, np.int32, np.int32, np.int32, np.int32, np.int32, None, None, None, np.int64, None, None]
+        return (sig.raw("input", "__global const T *in"), sig.scalar(i64, "in_off"),
+                *(sig.scalar(i32, n) for n in ("rows", "n", "seg", "desc", "final")),
+                sig.raw("out", "__global KEY *keys_out"), sig.raw("out", "__global uint *idx_out"), *result,
+                sig.raw("local", "__local KEY *lk"), sig.raw("local", "__local uint *li"))
+    return (sig.raw("input", "__global const KEY *keys"), sig.raw("input", "__global const uint *idx"),
+            *(sig.scalar(i32, n) for n in ("rows", "n", "run", "chunk", "final")),
+            sig.raw("out", "__global KEY *keys_out"), sig.raw("out", "__global uint *idx_out"),
+            sig.raw("input", "__global const T *in"), sig.scalar(i64, "in_off"), *result)
+
+
+def arg_dtypes(spec: SortSpec) -> list:
+    return sig.arg_dtypes(parameters(spec))
 
 
 _COMMON = """
@@ -95,11 +110,7 @@ void write_result(__global const T *in, const long row_at, const long at, const 
 """
 
 _TILES = """
-__kernel void NAME(__global const T *in, const long in_off, const int rows, const int n,
-                   const int seg, const int desc, const int final,
-                   __global KEY *keys_out, __global uint *idx_out,
-                   __global T *values, __global long *indices,
-                   __local KEY *lk, __local uint *li)
+__kernel void NAME(PARAMETERS)
 {
     const int lid = get_local_id(0), L = get_local_size(0);
     const int cpr = (n + seg - 1) / seg;                    /* segments per row */
@@ -156,10 +167,7 @@ __kernel void NAME(__global const T *in, const long in_off, const int rows, cons
 """
 
 _MERGE = """
-__kernel void NAME(__global const KEY *keys, __global const uint *idx, const int rows, const int n,
-                   const int run, const int chunk, const int final,
-                   __global KEY *keys_out, __global uint *idx_out,
-                   __global const T *in, const long in_off, __global T *values, __global long *indices)
+__kernel void NAME(PARAMETERS)
 {
     const int L = get_local_size(0);
     const int per_row = (n + chunk - 1) / chunk;  /* work-items per row */
@@ -222,6 +230,7 @@ def generate(spec: SortSpec) -> tuple[str, str]:
         f"#define WRITE_INDICES {int(spec.indices)}",
         f"KEY raw_key(const T v)\n{{{body}\n}}",
         _COMMON,
-        (_TILES if spec.stage == "tiles" else _MERGE).replace("NAME", name),
+        (_TILES if spec.stage == "tiles" else _MERGE).replace("NAME", name).replace(
+            "PARAMETERS", sig.declare(parameters(spec))),
     ]
     return "\n".join(src), name

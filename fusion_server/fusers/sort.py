@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyopencl as cl
 
+from ..codegen import signature as sig
 from ..codegen import sort as sg
 from ..context import BlockContext
 from ..errors import FusionError
@@ -109,9 +110,10 @@ class SortPlan:
         try:
             keys, idx = scratch[0] if scratch else (None, None)
             in_off = np.int64(src.offset)
-            args = [src.storage.buffer, in_off, np.int32(rows), np.int32(n), np.int32(seg),
-                    np.int32(op.descending), np.int32(final), keys, idx, out_values, out_indices,
-                    cl.LocalMemory(2 * items * kbytes), cl.LocalMemory(2 * items * 4)]
+            args = sig.bind(sg.parameters(tiles_spec), input=[src.storage.buffer],
+                            scalar=[in_off, *map(np.int32, (rows, n, seg, op.descending, final))],
+                            out=[keys, idx, out_values, out_indices],
+                            local=[cl.LocalMemory(2 * items * kbytes), cl.LocalMemory(2 * items * 4)])
             ctx.launch(tiles, n_tiles * items, items, args, "sort", [op.name], len(args))
 
             # Merge passes: runs of `seg` pairs double until one covers the row.
@@ -125,8 +127,9 @@ class SortPlan:
                 per_row = _ceil_div(n, chunk)
                 local = min(most, _pow2_ceil(per_row))  # a short row's work-group is no wider than it
                 groups = rows * _ceil_div(per_row, local)
-                args = [k_in, i_in, np.int32(rows), np.int32(n), np.int32(run), np.int32(chunk), np.int32(last),
-                        k_out, i_out, src.storage.buffer, in_off, out_values, out_indices]
+                args = sig.bind(sg.parameters(merge_spec), input=[k_in, i_in, src.storage.buffer],
+                                scalar=[*map(np.int32, (rows, n, run, chunk, last)), in_off],
+                                out=[k_out, i_out, out_values, out_indices])
                 ctx.launch(merge, groups * local, local, args, "sort", [op.name], len(args))
                 run, k = 2 * run, k + 1
         finally:  # also when a launch fails: the scratch goes back to the pool
