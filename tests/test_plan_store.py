@@ -198,6 +198,39 @@ def test_matmul_blocks_replay(fresh_store):
     assert delta(before)["plan_hits"] == 2  # explored the first time, replayed twice
 
 
+def test_gathers_scatters_and_concatenations_replay(fresh_store):
+    """Ops that run alone take part in stored sequences: the element-wise work around a
+    gather, a scatter and a concatenation is replayed, not explored, when it recurs."""
+    a = rand((6, 5))
+    idx = np.array([4, 0, 2])
+
+    def step(x):
+        y = x[clients.asarray(idx)] * 2.0 + 1.0  # gather, then a block reading it
+        z = clients.concat([y, x[:2]], axis=0) - 0.5
+        w = clients.asarray(a)
+        w[[1, 3]] = z[:2] * 3.0  # a scatter
+        return (w + 1.0).numpy(), z.numpy()
+
+    def want():
+        y = a[idx] * 2 + 1
+        z = np.concatenate([y, a[:2]]) - 0.5
+        w = a.copy()
+        w[[1, 3]] = z[:2] * 3
+        return w + 1, z
+
+    x = clients.asarray(a)
+    step(x)
+    before = counts()
+    for _ in range(3):
+        got_w, got_z = step(x)
+        want_w, want_z = want()
+        np.testing.assert_allclose(got_w, want_w, rtol=1e-6)
+        np.testing.assert_allclose(got_z, want_z, rtol=1e-6)
+    d = delta(before)
+    assert d["explorations"] == 0 and d["plan_misses"] == 0
+    assert d["plan_hits"] >= 3 * 6  # per step: the gather, its block, concat, its block, scatter, the last block
+
+
 def test_custom_fusers_turn_the_store_off(fresh_store):
     from fusion_server.fusers import PatternFuser
 
