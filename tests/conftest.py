@@ -49,6 +49,28 @@ def server_settings(**settings):
         c.call(lambda server: server.reconfigure(**old))
 
 
+@contextmanager
+def failing_builds(programs, marker: str, error, times: int | None = None, when=None):
+    """While the block runs, `programs.build` raises `error(name)` for sources that contain
+    `marker` (and whose key passes `when(key)`, if given), the first `times` times (None:
+    every time); other builds go through."""
+    original = programs.build
+    left = [times]
+
+    def build(key, source, name, options=(), arg_dtypes=None):
+        if marker in source and (when is None or when(key)) and left[0] != 0:
+            if left[0] is not None:
+                left[0] -= 1
+            raise error(name)
+        return original(key, source, name, options, arg_dtypes)
+
+    programs.build = build
+    try:
+        yield
+    finally:
+        programs.build = original
+
+
 def assert_variants(rec, kind: str, prefix: str, at_least: int = 1) -> None:
     """Every `kind` kernel recorded ran as the forced variant (`prefix` of its variant,
     e.g. "loop" or "rows, 32-byte"), and there were some."""

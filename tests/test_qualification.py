@@ -25,7 +25,7 @@ from fusion_server.qualification.verdict import Failure, Verdict
 from fusion_server.runtime import device as device_mod
 from fusion_server.runtime.programs import KernelBuildError, build_kernel
 from fusion_server.runtime.widths import VectorWidths
-from tests.conftest import rand, run_python, server_settings
+from tests.conftest import failing_builds, rand, run_python, server_settings
 
 SIZES = (1, 2, 4, 8)
 
@@ -189,16 +189,11 @@ def test_a_kernel_runs_at_the_narrowest_width_of_its_element_sizes():
 # -- builds that fail fall back to scalar code -----------------------------------------------
 def _refuse_vectors(programs, marker):
     """A driver that refuses every vector build of sources containing `marker`."""
-    original = programs.build
+    def vector(key) -> bool:
+        return (getattr(key, "width", 1) if not hasattr(key, "vector_bytes") else key.vector_bytes // 4) > 1
 
-    def build(key, source, name, options=(), arg_dtypes=None):
-        width = getattr(key, "width", 1) if not hasattr(key, "vector_bytes") else key.vector_bytes // 4
-        if marker in source and width > 1:
-            raise KernelBuildError(f"OpenCL build of {name} failed:\nerror: injected: no vectors here")
-        return original(key, source, name, options, arg_dtypes)
-
-    programs.build = build
-    return original
+    return failing_builds(programs, marker, when=vector, error=lambda name: KernelBuildError(
+        f"OpenCL build of {name} failed:\nerror: injected: no vectors here"))
 
 
 @pytest.mark.parametrize("family", ["elementwise", "reduce", "matmul"])
@@ -210,8 +205,7 @@ def test_a_vector_build_that_fails_is_built_again_as_scalar_code(family, client)
     a = rand((48, 64))
     x = clients.asarray(a)
     before = clients.stats()["build_fallbacks"]
-    original = _refuse_vectors(programs, marker)
-    try:
+    with _refuse_vectors(programs, marker):
         with server_settings(widths=VectorWidths.uniform(4), reduce_strategy="loop", matmul_strategy="rows"):
             with clients.inspect() as rec:
                 if family == "elementwise":  # (not op(x) alone: the op's check at definition built that)
@@ -220,8 +214,6 @@ def test_a_vector_build_that_fails_is_built_again_as_scalar_code(family, client)
                     got, want = clients.sum(op(x), axis=1).numpy(), (a * np.float32(value)).sum(1)
                 else:
                     got, want = op(x @ clients.asarray(a.T)).numpy(), (a @ a.T) * np.float32(value)
-    finally:
-        programs.build = original
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
     assert clients.stats()["build_fallbacks"] - before == 1
     (record,) = rec.kernels
@@ -235,21 +227,11 @@ def test_a_build_that_fails_as_scalar_code_too_fails_its_block_only(client):
     programs = client.server.runtime.programs
     marker = f"{uuid.uuid4().int % 1000}.25f"
     op = clients.custom.elementwise("never_builds", f"x - {marker}")
-    original = programs.build
-
-    def refuse(key, source, name, options=(), arg_dtypes=None):
-        if marker in source:
-            raise KernelBuildError(f"OpenCL build of {name} failed: injected")
-        return original(key, source, name, options, arg_dtypes)
-
-    programs.build = refuse
-    try:
+    with failing_builds(programs, marker, lambda name: KernelBuildError(f"OpenCL build of {name} failed: injected")):
         with server_settings(widths=VectorWidths.uniform(4)):
             y = op(clients.asarray(rand(64))) * 2.0  # (op(x) alone was built by the check at definition)
             with pytest.raises(clients.TensorFailedError, match="injected"):
                 y.numpy()
-    finally:
-        programs.build = original
     np.testing.assert_allclose((clients.asarray(rand(8)) + 1.0).numpy(), rand(8) + 1, rtol=1e-6)
 
 
