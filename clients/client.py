@@ -32,7 +32,7 @@ from fusion_server.compiling import NeedsCompile
 from fusion_server.errors import FusionError, ReentrancyError
 from fusion_server.ir import OperationIr, TensorIr, ViewOp
 from fusion_server.runtime import waits
-from fusion_server.server import FusionServer, Recorder
+from fusion_server.server import MODES, FusionServer, Recorder
 
 T = TypeVar("T")
 _get_ident = threading.get_ident
@@ -254,6 +254,6 @@ class FusionClient:
     def set_mode(self, mode: str) -> None:
         """Switch between "lazy" (fused) and "eager" (one kernel per op) for all threads."""
 
-        if mode not in ("lazy", "eager"):
-            raise ValueError(f"mode must be 'lazy' or 'eager', not {mode!r}")
+        if mode not in MODES:  # (checked here too: an error inside the locked section runs a recovery)
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
         self.call(lambda server: server.reconfigure("mode changes", mode=mode))

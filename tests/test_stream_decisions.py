@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from fusion_server.context import BlockContext
+from fusion_server.fusers.base import LonePlan
 from fusion_server.fusers.elementwise import ElementwiseFuser
 from fusion_server.fusers.matmul import MatmulFuser
 from fusion_server.fusers.reduce import ReduceFuser, ReducePlan
@@ -26,13 +27,6 @@ from fusion_server.stream import Stream
 
 F32 = np.dtype(np.float32)
 _ids = itertools.count(1)
-
-
-class _Alone:
-    """The plan of an op no fuser takes."""
-
-    def __init__(self, op):
-        self.ops = [op]
 
 
 class _NoDevice:
@@ -51,7 +45,7 @@ class FakeContext(BlockContext):
     def __init__(self, max_bindings: int = 32):
         info = SimpleNamespace(kind="CPU", compute_units=2)
         super().__init__(info, HandleContainer(lambda buf, nbytes: None), _NoDevice(), VectorWidths.uniform(4),
-                         max_bindings, _Alone, lambda: None)
+                         max_bindings, LonePlan, lambda: None)
         self.counters.update(dict.fromkeys(("plan_hits", "plan_misses", "explorations", "blocks",
                                             "failed_blocks", "kernels_launched"), 0))
         self.recorders = [SimpleNamespace(kernels=[])]  # so that the stream writes its notes

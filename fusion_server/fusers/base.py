@@ -14,7 +14,7 @@ from typing import Protocol
 from ..context import BlockContext, Plan
 from ..ir import ElementwiseOp, OperationIr
 
-__all__ = ["Fuser", "GuardedFuser", "LimitedFuser", "Plan", "uses_flat_index"]
+__all__ = ["Fuser", "GuardedFuser", "LimitedFuser", "LonePlan", "Plan", "uses_flat_index"]
 
 
 class Fuser(Protocol):
@@ -39,6 +39,14 @@ class Fuser(Protocol):
     # Optional: `replay(ops, cache) -> Plan | None`, the plan for a block the plan store
     # recorded, without offering its ops again; for a fuser whose rules look at nothing
     # the store's signatures leave out. `cache` is the store node's dict, kept with it.
+
+
+class LonePlan:
+    """The plan of one op that no fuser takes: it runs alone, in its place in the stream."""
+
+    def __init__(self, op: OperationIr):
+        self.ops = [op]
+        self.op = op
 
 
 class LimitedFuser:

@@ -9,6 +9,7 @@ import pyopencl.array as cla
 from ..context import BlockContext
 from ..errors import TensorFailedError
 from ..ir import CustomKernelOp
+from .base import LonePlan
 
 if TYPE_CHECKING:
     from ..handles import Entry
@@ -27,12 +28,10 @@ def array_of(ctx: BlockContext, entry: Entry) -> cla.Array:
     )
 
 
-class CustomKernelPlan:
+class CustomKernelPlan(LonePlan):
     """Calls `launch(queue, inputs, outputs, **params)` with the server lock held."""
 
-    def __init__(self, op: CustomKernelOp):
-        self.ops = [op]
-        self.op = op
+    op: CustomKernelOp
 
     def execute(self, ctx: BlockContext) -> None:
         op = self.op

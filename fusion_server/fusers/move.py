@@ -14,28 +14,28 @@ import pyopencl as cl
 from ..codegen import gather as gg
 from ..context import BlockContext
 from ..ir import ConcatOp, MoveOp
+from .base import LonePlan
 from .custom_kernel import array_of
 
 
-class MovePlan:
+class MovePlan(LonePlan):
     """A gather or scatter: the old values copied first (scatter), then the move kernel."""
 
-    def __init__(self, op: MoveOp):
-        self.ops = [op]
-        self.op = op
+    op: MoveOp
 
     def execute(self, ctx: BlockContext) -> None:
         op = self.op
         entries = ctx.entries
         ins = [entries[t] for t in op.inputs]
         out = entries[op.out.id]
-        if ctx.fail_if_inputs_failed(f"{op.name} ({op.name})", ins, [out]):
+        what = f"{op.name} ({op.name})"
+        if ctx.fail_if_inputs_failed(what, ins, [out]):
             return
         scatter = op.name == "scatter"
         indices = ins[2:] if scatter else ins[1:]
         walked = ins[1].ir.shape if scatter else op.out.shape  # a scatter walks its value, a gather its output
         spec = gg.MoveSpec(op.out.dtype, tuple(e.ir.dtype for e in indices), len(walked))
-        built = ctx.build_or_fail(spec, f"{op.name} ({op.name})", [out])
+        built = ctx.build_or_fail(spec, what, [out])
         if built is None:
             return
         ctx.allocate(out.storage)
@@ -48,18 +48,15 @@ class MovePlan:
         n, args = gg.move_arguments(arrays, result, scatter=scatter, region_map=op.region_map, adv=op.adv,
                                     b_map=op.b_map, region=op.region)
         if n:
-            local = ctx.group_size(n)
-            ctx.launch(built.kernel, (n + local - 1) // local * local, local, args, "move", [op.name], len(args), n)
+            ctx.launch_items(built.kernel, n, args, "move", [op.name], len(args))
         ctx.mark_ready([out.storage])
 
 
-class ConcatPlan:
+class ConcatPlan(LonePlan):
     """The inputs copied into their slabs of the output, one rectangular copy each: the
     arrays seen as (outer, length along the axis, inner) blocks."""
 
-    def __init__(self, op: ConcatOp):
-        self.ops = [op]
-        self.op = op
+    op: ConcatOp
 
     def execute(self, ctx: BlockContext) -> None:
         op = self.op

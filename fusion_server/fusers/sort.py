@@ -17,6 +17,7 @@ from ..codegen import sort as sg
 from ..context import BlockContext
 from ..errors import FusionError
 from ..ir import SortOp, size_of
+from .base import LonePlan
 
 if TYPE_CHECKING:
     from ..handles import Entry
@@ -56,12 +57,10 @@ def check_rows(entry: Entry) -> None:
         expected *= n
 
 
-class SortPlan:
+class SortPlan(LonePlan):
     """Sorts every row of the op's input; see `codegen/sort.py` for the kernels."""
 
-    def __init__(self, op: SortOp):
-        self.ops = [op]
-        self.op = op
+    op: SortOp
 
     def execute(self, ctx: BlockContext) -> None:
         op = self.op
