@@ -16,6 +16,9 @@ from typing import Protocol
 
 import pyopencl as cl
 
+from .codegen import elementwise as cg
+from .codegen import matmul as mg
+from .codegen import reduce as rg
 from .compiling import CompileJob, NeedsCompile
 from .errors import FusionError, TensorFailedError, after_failed_input, kept
 from .handles import FAILED, PENDING, READY, Entry, HandleContainer, Storage
@@ -62,10 +65,6 @@ class KernelRecord:
 
 def variant_of(spec) -> str:
     """How a kernel was generated, in words, from the spec it was built from."""
-    from .codegen import elementwise as cg
-    from .codegen import matmul as mg
-    from .codegen import reduce as rg
-
     if isinstance(spec, cg.KernelSpec):
         return f"width {spec.width}"
     if isinstance(spec, rg.ReduceSpec):

@@ -278,11 +278,10 @@ class ElementwisePlan:
                     raise PlanRejected(over)
                 ctx.fail([e.storage for e in out_entries], TensorFailedError(f"{what} failed to build: {over}"))
                 return
-            kernel_spec = ctx.build_or_fail(spec, what, out_entries)  # its scalar variant if the vector build failed
+            # (its scalar variant if the vector build failed: the same parameters, one element each)
+            kernel_spec = ctx.build_or_fail(spec, what, out_entries)
             if kernel_spec is None:
                 return
-            if kernel_spec.spec != spec:  # (the scalar variant binds the same arguments)
-                params = cg.parameters(kernel_spec.spec)
             built = recipe.kernels[key] = (kernel_spec.spec, kernel_spec.kernel, params)
         spec, kernel, params = built
         in_buffers = [e.storage.buffer for e in in_entries]  # before any is donated
