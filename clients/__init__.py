@@ -90,6 +90,7 @@ from ._sorting import (
     unique_values,
 )
 from .devices import Device, client_for, default_device, devices
+from .jit import JitFunction, jit
 from .tensor import Tensor
 
 _UNARY = (
@@ -143,7 +144,8 @@ def set_mode(mode: str, device: Any = None) -> None:
 
 
 __all__ = [
-    "custom", "from_cl", "matmul", "resolve", "__array_api_version__", "all", "any", "can_cast", "concat", "eye",
+    "custom", "from_cl", "jit", "JitFunction", "matmul", "resolve", "__array_api_version__", "all", "any",
+    "can_cast", "concat", "eye",
     "finfo", "flip", "iinfo", "isdtype", "linspace", "matrix_transpose", "result_type", "stack", "std", "tril", "triu",
     "var", "vecdot", "take", "meshgrid", "roll", "tensordot", "argmax", "argmin", "max", "mean", "min", "prod", "sum",
     "UniqueAllResult", "UniqueCountsResult", "UniqueInverseResult", "argsort", "nonzero", "sort", "unique_all",

@@ -12,6 +12,7 @@ from fusion_server.fusers.custom_kernel import array_of
 from fusion_server.handles import span_of
 
 from . import _functions as F
+from . import _traced
 from .devices import client_for
 from .tensor import Tensor
 
@@ -26,6 +27,8 @@ def resolve(x: Tensor) -> cla.Array:
     """
     if type(x) is not Tensor:
         raise TypeError(f"resolve() takes a Tensor, not {type(x).__name__}")
+    if _traced.tracing:
+        _traced.refuse_read("exports a tensor's buffer")
     client = x._client
 
     def pin(server):

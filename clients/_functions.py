@@ -19,6 +19,7 @@ from fusion_server import opset
 from fusion_server.errors import DeviceError, DeviceMemoryError
 from fusion_server.ir import ElementwiseOp, Scalar, TensorIr, ViewOp, contiguous_strides
 
+from ._traced import TracedScalar
 from .client import FusionClient
 from .devices import Device, client_for
 from .tensor import DropRef as _DropRef
@@ -109,11 +110,13 @@ def _client_of(values: Sequence[Any]) -> FusionClient:
 
 
 def _is_scalar(v: Any) -> bool:
-    return isinstance(v, _PY_SCALARS) or isinstance(v, np.generic)
+    return isinstance(v, _PY_SCALARS) or isinstance(v, np.generic) or type(v) is TracedScalar
 
 
 def _scalar_dtype(v: Any) -> np.dtype:
     """The dtype a scalar has on its own (Python bool/int/float: numpy's defaults)."""
+    if type(v) is TracedScalar:
+        v = v.value
     if isinstance(v, np.generic):
         return _default_dtype(v.dtype)
     if isinstance(v, bool):
@@ -143,6 +146,8 @@ def _promote(values: Sequence[Any]) -> np.dtype:
             d = _default_dtype(v.dtype)
             dtype = d if dtype is None else dt.promote(dtype, d)
     for v in values:
+        if type(v) is TracedScalar:
+            v = v.value  # (a traced call's scalars have the same classes: see clients.jit)
         if isinstance(v, _PY_SCALARS) and not isinstance(v, np.generic):
             dtype = _scalar_dtype(v) if dtype is None else dt.promote_scalar(dtype, v)
     return dtype
@@ -151,6 +156,13 @@ def _promote(values: Sequence[Any]) -> np.dtype:
 def _operand(v: Any, dtype: np.dtype) -> int | Scalar:
     if type(v) is Tensor:
         return v._id
+    return scalar_operand(v, dtype)
+
+
+def scalar_operand(v: Any, dtype: np.dtype) -> Scalar:
+    """A scalar operand of `dtype`: a kernel argument (a traced scalar's, in a trace)."""
+    if type(v) is TracedScalar:
+        return Scalar(v.value_in(dtype), dtype)
     return Scalar(dt.scalar_value(v, dtype), dtype)
 
 
@@ -214,6 +226,8 @@ def binary(name: str, a: Any, b: Any) -> Tensor:
         t = a if ta else b
         dtype = _promote((a, b))
         s = b if ta else a
+        if type(s) is TracedScalar:
+            s = s.value
         if type(s) is int and name in _COMPARISONS and dtype.kind == "i":
             dtype = _wide_enough(dtype, s)
         compute, out_dtype = _resolve(name, dtype)
@@ -405,7 +419,7 @@ def full(shape: Any, fill_value: Any, dtype: Any = None, device: Any = None) -> 
         return astype(broadcast_to(one, shape), one.dtype)  # stays on the device, fuses
     target = dt.normalize(dtype) if dtype is not None else _scalar_dtype(fill_value)
     out = _new(client, shape, target)
-    value = Scalar(dt.scalar_value(fill_value, target), target)
+    value = scalar_operand(fill_value, target)
     t = Tensor._make(client, out.id, shape, target)
     client.register(ElementwiseOp("fill", (value,), target, out))
     return t

@@ -20,6 +20,7 @@ from fusion_server import opset
 from fusion_server.ir import MoveOp, contiguous_strides
 
 from . import _functions as F
+from . import _traced
 from .tensor import Tensor, swap_ids
 
 _PY_SCALARS = (bool, int, float)
@@ -226,11 +227,13 @@ def _x_axis(items: list, i: int) -> int:
 
 
 def _index_on_device(index: Tensor | np.ndarray, n: int, axis: int, x: Tensor) -> Tensor:
-    """`index` checked against an axis of size n, as a tensor on x's device."""
+    """`index` checked against an axis of size n, as a tensor on x's device. Inside a
+    clients.jit trace an index tensor is not checked (that reads its values, which are
+    not the next call's): the kernel clamps indices into the axis, as JAX does."""
     if type(index) is Tensor:
         if index._client is not x._client:
             F._client_of((x, index))  # raises, naming both devices
-        if index.size and _any_outside(index, n):
+        if index.size and not (_traced.tracing and _traced.current()) and _any_outside(index, n):
             raise IndexError(f"an index in the index tensor is out of bounds for axis {axis} with size {n}")
         return index
     if index.size:
@@ -311,6 +314,9 @@ def _value_for(x: Tensor, value: Any) -> Tensor | bool | int | float:
             F._client_of((x, value))
         return value if value.dtype == x.dtype else F.astype(value, x.dtype)
     kind = x.dtype.kind
+    if type(value) is F.TracedScalar:  # a clients.jit argument: checked as its traced value is
+        _value_for(x, value.value)
+        return value
     if isinstance(value, np.generic):  # before Python scalars: np.float64 is a float
         return x.dtype.type(value).item()  # cast as numpy does, then a kernel argument
     if isinstance(value, _PY_SCALARS):

@@ -34,6 +34,8 @@ from fusion_server.ir import OperationIr, TensorIr, ViewOp
 from fusion_server.runtime import waits
 from fusion_server.server import MODES, FusionServer, Recorder
 
+from . import _traced
+
 T = TypeVar("T")
 _get_ident = threading.get_ident
 _live_clients: weakref.WeakSet[FusionClient] = weakref.WeakSet()
@@ -70,7 +72,7 @@ class FusionClient:
         self.server = server
         self.fp64 = server.info.fp64
         self.drops: deque[int] = server.drops  # filled by Tensor.__del__, without the lock
-        self.unpins: deque = deque()  # storages whose resolved arrays were collected
+        self.unpins: deque = server.unpin_inbox  # storages whose resolved arrays or captures were collected
         self._lock = threading.Lock()
         self._owner: int | None = None  # the thread holding the lock
         self._forked = False
@@ -213,12 +215,16 @@ class FusionClient:
 
     def read(self, tid: int) -> np.ndarray:
         """The tensor's values on the host; the device wait happens outside the lock."""
+        if _traced.tracing:
+            _traced.refuse_read("reads a tensor's values")
         _, event, finish = self.call(lambda server: server.read(tid))
         waits.wait(event)
         return finish()
 
     def sync(self) -> None:
         """Run this thread's queued work and wait until the device has done it all."""
+        if _traced.tracing:
+            _traced.refuse_read("waits for the device")
         me = _get_ident()
         event = self.call(lambda server: server.sync(me))
         waits.wait(event)

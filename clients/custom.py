@@ -22,7 +22,7 @@ from fusion_server import dtypes as dt
 from fusion_server.codegen import elementwise as cg
 from fusion_server.context import BlockContext
 from fusion_server.fusers.base import Fuser
-from fusion_server.ir import CustomKernelOp, ElementwiseOp, Scalar, TensorIr
+from fusion_server.ir import CustomKernelOp, ElementwiseOp, TensorIr
 
 from . import _functions as F
 from .devices import client_for
@@ -147,7 +147,7 @@ def elementwise(
                                 f"{compute.name} inputs:\n{why}")
         shape = F.broadcast_shapes(*(t.shape for t in ts))
         operands = tuple(t._id for t in ts) + tuple(
-            Scalar(dt.scalar_value(values[p], compute), compute) for p in params
+            F.scalar_operand(values[p], compute) for p in params
         )
         out = F._new(cl_client, shape, result)
         t = Tensor._make(cl_client, out.id, shape, result)

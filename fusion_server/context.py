@@ -113,6 +113,11 @@ class BlockContext:
         self.in_flight: Plan | None = None  # the block being run, until its stream has dropped its ops
         self.single_plan = single_plan  # the plan of an op that runs alone
         self._drain_drops = drain_drops
+        self.pinned: set[Storage] = set()  # storages held outside the entries (resolved arrays, captures)
+        # Captures in progress (clients.jit's traces) follow every buffer the pool hands
+        # out; `tape` is the one whose stream's block runs now, if that stream captures.
+        self.tapes: list = []
+        self.tape = None
 
     # -- values ---------------------------------------------------------------------------
     def live_values(self) -> dict[int, Entry]:
@@ -125,6 +130,34 @@ class BlockContext:
         storage.buffer = self.pool.alloc(storage.nbytes)
         return storage.buffer
 
+    def pin(self, storage: Storage) -> None:
+        """Keep `storage`'s buffer whatever becomes of its tensors (until unpinned)."""
+        storage.pins += 1
+        self.pinned.add(storage)
+
+    def may_donate(self, storage: Storage) -> bool:
+        """Whether a block may write its output into `storage`'s buffer (in-place reuse):
+        while capturing, only into a buffer of the capture's own (a constant it reads by
+        reference must keep its values for every replay)."""
+        return self.tape is None or id(storage.buffer) in self.tape.slot_of
+
+    def follow_allocations(self, tape) -> None:
+        """Start (`tape` set) or stop following the pool for a capture."""
+        if tape not in self.tapes:
+            self.tapes.append(tape)
+        self.pool.watch = self._allocated
+
+    def stop_following(self, tape) -> None:
+        if tape in self.tapes:
+            self.tapes.remove(tape)
+        if not self.tapes:
+            self.pool.watch = None
+
+    def _allocated(self, buffer, nbytes: int) -> None:
+        current = self.tape
+        for tape in self.tapes:
+            tape.allocated(buffer, nbytes, tape is current)
+
     def mark_ready(self, storages: list[Storage]) -> None:
         for st in storages:
             st.status = READY
@@ -135,6 +168,8 @@ class BlockContext:
         buffer: one it had goes back to the pool now (the in-order queue runs any kernel
         already enqueued into it before a later user of the buffer)."""
         self.counters["failed_blocks"] += 1
+        if self.tape is not None:
+            self.tape.broken = f"a block failed while tracing: {error!r}"
         error = kept(error)  # (no traceback: see errors.kept)
         free = self.pool.free
         for st in storages:
@@ -219,6 +254,8 @@ class BlockContext:
         grid = global_size if isinstance(global_size, tuple) else (global_size,)
         local = local_size if isinstance(local_size, tuple) or local_size is None else (local_size,)
         event = kernel(self.queue, grid, local, *args)
+        if self.tape is not None:
+            self.tape.kernel(kernel, grid, local, args, self.entries)
         if items is None:
             items = 1
             for g in grid:
@@ -230,6 +267,8 @@ class BlockContext:
         """Count a launch, and record it for `inspect()`; launches made by user code (a
         custom kernel's launch function) are recorded through this alone."""
         self.counters["kernels_launched"] += 1
+        if self.tape is not None:
+            self.tape.record((kind, ops, bindings, name, items))
         if self.recorders:
             programs = self.programs
             record = KernelRecord(kind, ops, bindings, name, items, event, self.note,
@@ -237,10 +276,28 @@ class BlockContext:
             for rec in self.recorders:
                 rec.kernels.append(record)
 
+    def record_replayed(self, kind: str, ops: list[str], bindings: int, name: str, items: int,
+                        event: cl.Event | None, function: str) -> None:
+        """Record a launch a clients.jit capture replayed, for `inspect()` (counted by the replay)."""
+        programs = self.programs
+        record = KernelRecord(kind, ops, bindings, name, items, event, f"replayed by clients.jit: {function}",
+                              programs.fallbacks.get(name, ""), variant_of(programs.specs.get(name)))
+        for rec in self.recorders:
+            rec.kernels.append(record)
+
+    def enqueue(self, fn: Callable, *args, **kwargs):
+        """`fn(queue, *args, **kwargs)`: device work other than a generated kernel (a copy,
+        a user's launch function), enqueued so that a capture replays it too."""
+        result = fn(self.queue, *args, **kwargs)
+        if self.tape is not None:
+            self.tape.command(fn, args, kwargs, self.entries)
+        return result
+
     # -- running blocks -------------------------------------------------------------------
-    def run_plan(self, plan: Plan, note: str = "") -> None:
+    def run_plan(self, plan: Plan, note: str = "", tape=None) -> None:
         """Execute a plan, then retire its ops. NeedsCompile and PlanRejected pass through
         untouched (nothing has changed). `note`: why the block was cut there (inspect()).
+        `tape`: the capture of the plan's stream, if it captures (see capture.py).
 
         Whatever the block raises fails only its outputs, KeyboardInterrupt and
         SystemExit from a launch function too: those are raised again once the block is
@@ -249,6 +306,7 @@ class BlockContext:
             self.note = note
         self.live_values()
         self.in_flight = plan  # until the stream has dropped its ops (see the server's recover)
+        self.tape = tape
         try:
             plan.execute(self)
         except (NeedsCompile, PlanRejected):
@@ -256,12 +314,16 @@ class BlockContext:
             raise
         except BaseException as exc:  # whatever failed, only this block's outputs carry it
             log.debug("block failed: %r", exc)
+            if tape is not None:
+                tape.broken = f"a block failed while tracing: {exc!r}"
             self.fail_block(plan, exc)
             self.counters["blocks"] += 1
             self.retire(plan.ops)
             if not isinstance(exc, Exception):
                 raise  # an interrupt or an exit: acted on once, after the block is settled
             return
+        finally:
+            self.tape = None
         self.counters["blocks"] += 1
         self.retire(plan.ops)
 

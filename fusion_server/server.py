@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyopencl as cl
 
+from . import capture as cap
 from .codegen import elementwise as cg
 from .codegen import expressions as ex
 from .compiling import trial_build
@@ -160,7 +161,11 @@ class FusionServer:
         self.ended_streams: deque[int] = deque()  # filled by _ThreadEndMark, without the lock
         self.running_ahead: dict[int, ReduceOp] = {}  # reductions run ahead of their stream's queue
         self.reductions: dict[tuple, int] = {}  # a reduction's signature -> the id of its latest result
-        self.pinned: set[Storage] = set()  # storages whose buffers resolved arrays hold
+        self.pinned: set[Storage] = self.ctx.pinned  # storages whose buffers resolved arrays and captures hold
+        self.unpin_inbox: deque[Storage] = deque()  # storages to unpin, pushed without the lock
+        self.tapes: dict[int, cap.Tape] = {}  # stream id -> its capture in progress (clients.jit)
+        # Counts changes of what streams are made with: a capture made before one is void.
+        self.generation = 0
         self.counters.update({
             "ops_registered": 0,
             "kernels_launched": 0,
@@ -172,6 +177,8 @@ class FusionServer:
             "uploads": 0,
             "reads": 0,
             "failed_blocks": 0,
+            "jit_traces": 0,
+            "jit_replays": 0,
         })
 
     # -- streams ------------------------------------------------------------------
@@ -218,6 +225,7 @@ class FusionServer:
         s = self.streams.get(stream_id)
         if s is None:
             s = self.streams[stream_id] = Stream(stream_id, self._make_fusers(), self._plan_store())
+            s.tape = self.tapes.get(stream_id)
             if getattr(self._thread_marks, "mark", None) is None:
                 self._thread_marks.mark = _ThreadEndMark(self.ended_streams, stream_id)
         return s
@@ -248,6 +256,7 @@ class FusionServer:
         for name, value in settings.items():
             setattr(self, name, value)
         self.streams.clear()
+        self.generation += 1
         return old
 
     def add_fuser(self, factory: Callable[[BlockContext], Fuser]) -> None:
@@ -276,7 +285,7 @@ class FusionServer:
             else:
                 self.stream(stream_id).advance(self.ctx)
             return
-        if type(op) is ReduceOp and self._same_reduction(op, reads):
+        if type(op) is ReduceOp and self._same_reduction(op, stream_id):
             return
         # All inputs were found before anything changes.
         for entry in reads:
@@ -307,17 +316,22 @@ class FusionServer:
 
     def _run_ahead(self, op: ReduceOp) -> None:
         self.running_ahead[op.out.id] = op  # (a build it needs makes the client register it again)
+        stream = self.handles.entries[op.out.id].storage.stream  # (the registering one's)
         self.ctx.run_plan(self._single(op), "runs alone, ahead of the open block: a full reduction of "
-                                            "computed values, whose result the block can read")
+                                            "computed values, whose result the block can read",
+                          self.tapes.get(stream))
         del self.running_ahead[op.out.id]
 
-    def _same_reduction(self, op: ReduceOp, reads: list) -> bool:
+    def _same_reduction(self, op: ReduceOp, stream_id: int) -> bool:
         """If the same reduction of the same tensor was computed before and still is, its
-        result serves this one too (a view of it, no kernel): True."""
+        result serves this one too (a view of it, no kernel): True. While the stream
+        captures, only a result the capture computed does (a replay has no other)."""
         key = (op.name, op.input, op.axes, op.acc, op.out.shape, op.out.dtype)
         done = self.reductions.get(key)
         entry = self.handles.entries.get(done) if done is not None else None
-        if entry is None or entry.storage.status != READY or entry.storage.buffer is None:
+        tape = self.tapes.get(stream_id) if self.tapes else None
+        if entry is None or entry.storage.status != READY or entry.storage.buffer is None or \
+                tape is not None and id(entry.storage.buffer) not in tape.slot_of:
             self.reductions[key] = op.out.id
             if len(self.reductions) > 4096:
                 self.reductions.pop(next(iter(self.reductions)))
@@ -507,6 +521,114 @@ class FusionServer:
         if not why and trial_build(programs, alone(4)):
             self.ctx.scalar_exprs.add((op.expr, op.compute))
         return why
+
+    # -- capture and replay (clients.jit) ---------------------------------------------
+    def begin_capture(self, stream_id: int, name: str, input_ids: list[int]) -> cap.Tape | None:
+        """Start recording what `stream_id`'s blocks enqueue, for a call of `name` with the
+        tensors `input_ids`. The stream's queue runs first (a block of the capture holds
+        only the call's ops) and the inputs are written. None when an input failed: that
+        call is not captured. May stop for a kernel build and be called again."""
+        ins = [self.handles.get(t) for t in input_ids]
+        for e in ins:
+            if e.storage.status == PENDING:
+                self.flush_stream(e.storage.stream, f"a clients.jit trace of {name} reads it")
+        self.flush_stream(stream_id, f"a clients.jit trace of {name} begins")
+        if any(e.storage.status == FAILED for e in ins):
+            return None
+        tape = cap.Tape(name, ins, self.generation, self.ctx.pin)
+        for e in ins:  # (their buffers stay the inputs' while the trace runs, whatever it drops)
+            self.ctx.pin(e.storage)
+        self.tapes[stream_id] = tape
+        stream = self.streams.get(stream_id)
+        if stream is not None:
+            stream.tape = tape
+        self.ctx.follow_allocations(tape)
+        return tape
+
+    def end_capture(self, stream_id: int, tape: cap.Tape, out_ids: list[int]) -> cap.Capture | None:
+        """Run the rest of the traced call and turn its tape into a Capture of the call
+        writing `out_ids`; None (the tape dropped) when it cannot be replayed. May stop
+        for a kernel build and be called again."""
+        if self.tapes.get(stream_id) is tape:
+            self.flush_stream(stream_id, f"a clients.jit trace of {tape.name} ends")
+        entries = self.handles.entries
+        for tid in out_ids:  # (a value another stream computes, returned as it is)
+            st = self.handles.get(tid).storage
+            if st.status == PENDING:
+                self.flush_stream(st.stream, f"a clients.jit trace of {tape.name} returns it")
+        self._stop_capture(stream_id, tape)
+        outputs = []
+        for tid in out_ids:
+            e = entries[tid]
+            st = e.storage
+            if st.status != READY:
+                tape.broken = tape.broken or f"output tensor {tid} failed"
+                break
+            buf = st.buffer
+            if buf is None:
+                src = (cap.EMPTY, None)
+            elif id(buf) in tape.slot_of:
+                src = (cap.SLOT, tape.slot_of[id(buf)])
+            elif id(buf) in tape.input_of:
+                src = (cap.INPUT, tape.input_of[id(buf)])
+            else:  # a value computed outside the call, returned as it is: by reference
+                src = (cap.CONST, tape.hold(buf, entries))
+            outputs.append((src, st.nbytes, e.ir.shape, e.ir.dtype, e.strides, e.offset))
+        if tape.generation != self.generation:
+            tape.broken = tape.broken or "the server's settings changed while tracing"
+        if tape.broken:
+            log.debug("clients.jit: %s not captured: %s", tape.name, tape.broken)
+            for st in tape.pinned:
+                self.unpin(st)
+            return None
+        self.counters["jit_traces"] += 1
+        return cap.Capture(tape, outputs, self.runtime.programs.arg_types, self.drop_pins)
+
+    def abort_capture(self, stream_id: int, tape: cap.Tape) -> None:
+        """Stop recording (the traced function raised): what it queued runs as usual."""
+        self._stop_capture(stream_id, tape)
+        for st in tape.pinned:
+            self.unpin(st)
+
+    def _stop_capture(self, stream_id: int, tape: cap.Tape) -> None:
+        if self.tapes.get(stream_id) is tape:
+            del self.tapes[stream_id]
+            stream = self.streams.get(stream_id)
+            if stream is not None:
+                stream.tape = None
+            for e in tape.inputs:
+                self.unpin(e.storage)
+        self.ctx.stop_following(tape)
+
+    def replay(self, capture: cap.Capture, input_ids: list[int], scalars: list, out_irs: list[TensorIr]) -> bool:
+        """Enqueue a capture for this call's tensors and scalars, writing `out_irs`; False
+        (nothing changed) when the call must be traced instead: the settings changed, or
+        its inputs share storages or sizes otherwise than the traced call's. May stop for
+        a kernel build (a pending input's writer) and be called again."""
+        if capture.generation != self.generation:
+            return False
+        entries = self.handles.entries
+        ins = [entries.get(t) or self.handles.get(t) for t in input_ids]
+        for e in ins:
+            if e.storage.status == PENDING:
+                self.flush_stream(e.storage.stream, f"a clients.jit call of {capture.name} reads it")
+        if len(ins) == 1:
+            if ins[0].storage.nbytes != capture.sizes[0]:
+                return False
+        else:
+            storages = [e.storage for e in ins]
+            if tuple([st.nbytes for st in storages]) != capture.sizes or \
+                    cap.aliasing_of(storages) != capture.aliasing:
+                return False
+        self.counters["jit_replays"] += 1
+        cap.replay(self.ctx, capture, ins, scalars, out_irs)
+        return True
+
+    def drop_pins(self, storages: list[Storage]) -> None:
+        """Unpin `storages` at the next locked section (called without the lock, by a
+        capture's finalizer)."""
+        self.unpin_inbox.extend(storages)
+
 
     def sync(self, stream_id: int) -> cl.Event:
         """Run this stream's queue; an event that completes after all enqueued work."""

@@ -34,6 +34,7 @@ class Stream:
         # Set while exploring a block whose stored plan was rejected (more values alive
         # than usual): that one-off decision is not stored over the usual one.
         self.rejected = False
+        self.tape = None  # set while the stream captures (see capture.py): its blocks are recorded
 
     def register(self, op: OperationIr, ctx: BlockContext) -> None:
         queue = self.queue
@@ -132,7 +133,7 @@ class Stream:
             note = f"fuser {chosen} (scores: {scores}); closed: {reason}"
         path = self._path(ctx, decision.count, flushing) if self.store is not None and not self.rejected else None
         try:
-            ctx.run_plan(plan, note)  # may raise NeedsCompile: then nothing here has changed
+            ctx.run_plan(plan, note, self.tape)  # may raise NeedsCompile: then nothing here has changed
         except (NeedsCompile, PlanRejected):
             raise
         except BaseException:
@@ -185,7 +186,7 @@ class Stream:
             name = self.fusers[decision.fuser].name if decision.fuser >= 0 else "none (runs alone)"
             note = f"fuser {name} (from the plan store); closed: {reason}"
         try:
-            ctx.run_plan(plan, note)  # may raise NeedsCompile: then nothing here has changed
+            ctx.run_plan(plan, note, self.tape)  # may raise NeedsCompile: then nothing here has changed
         except PlanRejected:
             self._explore(ctx, rejected=True)
             return

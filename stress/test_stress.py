@@ -63,11 +63,24 @@ UNARY += [
      if x.ndim == 2 else x),
 ]
 
+# Jitted functions, shared by every thread: replays (new scalar values too) run beside the
+# lazily recorded ops, and a shape a function has not seen traces it again meanwhile.
+_jit_mix = clients.jit(lambda x, k: clients.maximum(clients.tanh(x * k) + x, -1.0))
+_jit_rows = clients.jit(lambda x: clients.sum(x * x, axis=-1, keepdims=True) * 0.5 + x)
+_jit_reverse = clients.jit(lambda x: reverse_flat(x * 2.0) - x)
+UNARY += [
+    ("jit_mix", lambda x: _jit_mix(x, 0.5), lambda x: np.maximum(np.tanh(x * np.float32(0.5)) + x, np.float32(-1))),
+    ("jit_mix2", lambda x: _jit_mix(x, 0.25), lambda x: np.maximum(np.tanh(x * np.float32(0.25)) + x, np.float32(-1))),
+    ("jit_rows", _jit_rows,
+     lambda x: ((x.astype(np.float64) ** 2).sum(-1, keepdims=True) * 0.5).astype(np.float32) + x),
+    ("jit_reverse", _jit_reverse, lambda x: (x * np.float32(2)).ravel()[::-1].reshape(x.shape) - x),
+]
+
 # Ops whose last bit may differ from numpy's: transcendental functions (a few ulps apart
 # between math libraries) and sums (another order). Later ops can amplify an ulp into a
 # visible error (a product of large values, then a cancelling sum), so their results are
 # checked when made and the device's value becomes the reference from then on.
-INEXACT = {"tanh", "sin", "softplus", "row_sum", "gram"}
+INEXACT = {"tanh", "sin", "softplus", "row_sum", "gram", "jit_mix", "jit_mix2", "jit_rows"}
 
 BINARY = [
     ("add", lambda a, b: a + b, lambda a, b: a + b),
@@ -169,6 +182,7 @@ def test_random_graphs_from_many_threads():
     gc.collect()
     clients.sync()
     baseline = clients.stats()["buffers_live"]
+    jit_before = clients.stats()["jit_replays"]
     pool = SharedPool()
     tally: dict = {}
     errors: list = []
@@ -195,9 +209,11 @@ def test_random_graphs_from_many_threads():
     gc.collect()
     clients.sync()
     leaked = clients.stats()["buffers_live"] - baseline
-    print(f"stress: ops {tally.get('ops', 0)}, reads {tally.get('reads', 0)}, "
+    replays = clients.stats()["jit_replays"] - jit_before
+    print(f"stress: ops {tally.get('ops', 0)}, reads {tally.get('reads', 0)}, jit replays {replays}, "
           f"mismatches/errors {len(errors)}, hung threads {hung}, leaked buffers {leaked}")
     assert hung == 0
     assert not errors, errors[:5]
     assert leaked == 0
     assert tally.get("reads", 0) > 0
+    assert replays > 0

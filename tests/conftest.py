@@ -88,3 +88,63 @@ def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
     """`code` in a new interpreter with extra environment variables (settings read at start)."""
     return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
                           capture_output=True, text=True, timeout=240)
+
+
+def _tensors(args) -> list:
+    """The tensors in `args` (nested tuples and lists too)."""
+    found = []
+    for a in args:
+        if isinstance(a, clients.Tensor):
+            found.append(a)
+        elif isinstance(a, (tuple, list)):
+            found.extend(_tensors(a))
+    return found
+
+
+def jitted_replay(fn, *args, **kwargs):
+    """`fn(*args, **kwargs)` through clients.jit, as a replay that cannot have kept any
+    value of its trace: the trace runs with every input buffer overwritten (a byte
+    pattern), the buffers get their contents back, and the replay's result is returned.
+    Asserts that the second call replayed. An `inspect()` around the call records the
+    replay's launches only."""
+    jitted = clients.jit(fn)
+    server = clients.client_for().server
+    queue = server.runtime.queue
+    recorded = [(rec, len(rec.kernels)) for rec in server.recorders]
+    import pyopencl as cl
+
+    from clients._indexing import _rebind
+
+    tensors = _tensors(list(args) + list(kwargs.values()))
+    originals = [(t, t._id, t[...]) for t in tensors]  # (views of the values, should the call rebind t)
+    buffers = list({id(b): b for b in (clients.resolve(t).base_data for t in tensors)}.values())
+    saved = []
+    for buf in buffers:
+        host = np.empty(buf.size, np.uint8)
+        cl.enqueue_copy(queue, host, buf)
+        saved.append(host)
+        cl.enqueue_fill_buffer(queue, buf, np.uint8(0x3F), 0, buf.size)
+    traced = jitted(*args, **kwargs)
+    clients.sync()
+    del traced
+    for rec, count in recorded:
+        del rec.kernels[count:]
+    for t, tid, view in originals:
+        if t._id != tid:  # (x[key] = v on an argument): the handle gets its value back
+            _rebind(t, view)
+    for buf, host in zip(buffers, saved):
+        cl.enqueue_copy(queue, buf, host)
+    queue.finish()
+    before = clients.stats()["jit_replays"]
+    out = jitted(*args, **kwargs)
+    assert clients.stats()["jit_replays"] == before + 1, "the second call was not a replay"
+    return out
+
+
+@pytest.fixture(params=["lazy", "jit"])
+def via(request):
+    """Run a computation as written (lazy) or as a clients.jit replay (see jitted_replay):
+    `via(fn)(*args)`."""
+    if request.param == "lazy":
+        return lambda fn: fn
+    return lambda fn: lambda *args, **kwargs: jitted_replay(fn, *args, **kwargs)

@@ -13,10 +13,10 @@ TOL = {np.float32: dict(rtol=1e-4, atol=1e-4), np.float64: dict(rtol=1e-10, atol
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("mkn", [(1, 1, 1), (3, 5, 2), (64, 64, 64), (67, 130, 33), (8, 1, 9)])
-def test_2d_against_numpy(dtype, mkn):
+def test_2d_against_numpy(dtype, mkn, via):
     m, k, n = mkn
     a, b = rand((m, k), dtype, 1), rand((k, n), dtype, 2)
-    got = (clients.asarray(a) @ clients.asarray(b)).numpy()
+    got = via(clients.matmul)(clients.asarray(a), clients.asarray(b)).numpy()
     assert got.dtype == dtype and got.shape == (m, n)
     np.testing.assert_allclose(got, a @ b, **TOL[dtype])
 
@@ -29,9 +29,9 @@ def test_integers_exactly():
 
 @pytest.mark.parametrize("sa, sb", [((2, 3, 4), (2, 4, 5)), ((3, 1, 4, 6), (2, 6, 3)), ((4, 6), (5, 6, 2)),
                                     ((2, 1, 3, 4), (1, 4, 4, 2))])
-def test_batched_with_broadcast(sa, sb):
+def test_batched_with_broadcast(sa, sb, via):
     a, b = rand(sa, np.float64, 3), rand(sb, np.float64, 4)
-    got = (clients.asarray(a) @ clients.asarray(b)).numpy()
+    got = via(clients.matmul)(clients.asarray(a), clients.asarray(b)).numpy()
     np.testing.assert_allclose(got, a @ b, rtol=1e-10)
 
 
@@ -45,11 +45,12 @@ def test_vector_operands_follow_numpy():
     np.testing.assert_allclose(float(dot), v @ w, rtol=1e-12)
 
 
-def test_transposed_and_strided_views_need_no_copy():
+def test_transposed_and_strided_views_need_no_copy(via):
     a = rand((40, 30), np.float64, 5)
     x = clients.asarray(a)
+    run = via(lambda x: x[::2].T @ x[::2])
     with clients.inspect() as rec:
-        got = (x[::2].T @ x[::2]).numpy()
+        got = run(x).numpy()
     np.testing.assert_allclose(got, a[::2].T @ a[::2], rtol=1e-10)
     assert len(rec.kernels) == 1 and rec.kernels[0].kind == "matmul"
 
@@ -68,11 +69,12 @@ def test_empty_dimensions():
     np.testing.assert_array_equal((clients.asarray(a) @ clients.asarray(b)).numpy(), np.zeros((3, 2)))
 
 
-def test_bias_and_relu_epilogue_is_one_kernel():
+def test_bias_and_relu_epilogue_is_one_kernel(via):
     a, w, bias = rand((50, 70), seed=1), rand((70, 45), seed=2), rand(45, seed=3)
     x, tw, tb = clients.asarray(a), clients.asarray(w), clients.asarray(bias)
+    run = via(lambda x, tw, tb: clients.maximum(x @ tw + tb, 0.0))
     with clients.inspect() as rec:
-        got = clients.maximum(x @ tw + tb, 0.0).numpy()
+        got = run(x, tw, tb).numpy()
     np.testing.assert_allclose(got, np.maximum(a @ w + bias, 0), rtol=1e-4, atol=1e-4)
     assert len(rec.kernels) == 1
     assert rec.kernels[0].kind == "matmul" and rec.kernels[0].ops == ["matmul", "add", "maximum"]

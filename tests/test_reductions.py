@@ -62,9 +62,13 @@ def reduce(name: str, t, axis=None, keepdims: bool = False, **kwargs):
     return getattr(clients, name)(t, axis=axis, keepdims=keepdims, **kwargs)
 
 
-def check(name: str, a: np.ndarray, t, axis=None, keepdims: bool = False) -> None:
-    """The reduction of tensor `t` (holding `a`, or a view equal to it) matches numpy's."""
-    assert_tensor(reduce(name, t, axis, keepdims), reference(name, a, axis, keepdims))
+def check(name: str, a: np.ndarray, t, axis=None, keepdims: bool = False, via=None) -> None:
+    """The reduction of tensor `t` (holding `a`, or a view equal to it) matches numpy's
+    (run through `via`, the fixture, when given: lazily or as a clients.jit replay)."""
+    def fn(t):
+        return reduce(name, t, axis, keepdims)
+
+    assert_tensor((via or (lambda f: f))(fn)(t), reference(name, a, axis, keepdims))
 
 
 def supports(name: str, axis) -> bool:
@@ -87,9 +91,9 @@ MATRIX = [
 
 
 @pytest.mark.parametrize("name, dtype, axis, keepdims", MATRIX)
-def test_reduction_matches_numpy(name, dtype, axis, keepdims):
+def test_reduction_matches_numpy(name, dtype, axis, keepdims, via):
     a = values((4, 5, 6), dtype, name, seed=1)
-    check(name, a, clients.asarray(a), axis, keepdims)
+    check(name, a, clients.asarray(a), axis, keepdims, via)
 
 
 SIZE_ONE = [
@@ -222,13 +226,13 @@ VIEWS = {
     pytest.param(name, axis, id=f"{name}-{axis}")
     for name in REDUCTIONS for axis in (None, 0, -1, 1, (0, 2)) if supports(name, axis)
 ])
-def test_reduction_of_a_view(view, name, axis):
+def test_reduction_of_a_view(view, name, axis, via):
     a = values((4, 5, 6), FLOAT64, name, seed=6)
     fn = VIEWS[view]
     va = fn(a)
     vt = fn(clients.asarray(a))
     assert vt.shape == va.shape
-    check(name, np.ascontiguousarray(va), vt, axis)
+    check(name, np.ascontiguousarray(va), vt, axis, via=via)
 
 
 def test_reduction_of_a_transposed_matrix():

@@ -51,7 +51,7 @@ class FakeContext(BlockContext):
         self.recorders = [SimpleNamespace(kernels=[])]  # so that the stream writes its notes
         self.ran: list[tuple[str, list[str], str]] = []  # (plan class, op names, note)
 
-    def run_plan(self, plan, note: str = "") -> None:
+    def run_plan(self, plan, note: str = "", tape=None) -> None:
         self.ran.append((type(plan).__name__, [getattr(op, "name", "matmul") for op in plan.ops], note))
         self.mark_ready([self.entries[o.id].storage for op in plan.ops for o in outputs_of(op) if o.id in self.entries])
         self.counters["blocks"] += 1

@@ -45,7 +45,7 @@ class CustomKernelPlan(LonePlan):
         in_arrays = [array_of(ctx, e) for e in ins]
         out_arrays = [array_of(ctx, e) for e in outs]
         try:
-            op.launch(ctx.queue, in_arrays, out_arrays, **dict(op.params))
+            ctx.enqueue(op.launch, in_arrays, out_arrays, **dict(op.params))
         except Exception as exc:
             err = TensorFailedError(f"custom kernel {op.name!r} failed in its launch function: {exc!r}")
             err.__cause__ = exc

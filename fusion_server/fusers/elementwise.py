@@ -288,7 +288,7 @@ class ElementwisePlan:
         if None in in_buffers:  # a bug, never a crash on the device: fail the block instead
             raise RuntimeError("an input of the block has no buffer")
         try:
-            donors = _donors(ops, in_entries, classes)
+            donors = _donors(ctx, ops, in_entries, classes)
             out_buffers = [_take_donor(ctx, donors, e) or ctx.allocate(e.storage) for e in out_entries]
         except Exception as exc:
             ctx.fail([e.storage for e in out_entries], exc)
@@ -368,13 +368,14 @@ def run_around_failures(ctx: BlockContext, ops: list) -> None:
             ctx.single_plan(op).execute(ctx)
 
 
-def _donors(ops: list[ElementwiseOp], in_entries: list[Entry], classes: list[str]) -> list[Entry]:
+def _donors(ctx: BlockContext, ops: list[ElementwiseOp], in_entries: list[Entry], classes: list[str]) -> list[Entry]:
     """Inputs whose buffer dies with this block and is read at each element's own index:
     an output may take the buffer over instead of allocating (in-place reuse)."""
     donors = []
     for e, cls in zip(in_entries, classes):
         st = e.storage
-        if cls != "contig" or e.alive or st.refs != 1 or st.pins or not st.owned or st.buffer is None:
+        if cls != "contig" or e.alive or st.refs != 1 or st.pins or not st.owned or st.buffer is None \
+                or not ctx.may_donate(st):
             continue
         reads_here = sum(1 for op in ops for i in op.inputs if i == e.ir.id)
         if e.readers == reads_here:  # nobody after this block reads it

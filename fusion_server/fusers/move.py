@@ -43,8 +43,8 @@ class MovePlan(LonePlan):
         result = array_of(ctx, out)
         if scatter and arrays[0].size:  # the old values first (one run of elements), in queue order
             old = arrays[0]
-            cl.enqueue_copy(ctx.queue, result.base_data, old.base_data, byte_count=old.nbytes,
-                            src_offset=old.offset, dst_offset=result.offset)
+            ctx.enqueue(cl.enqueue_copy, result.base_data, old.base_data, byte_count=old.nbytes,
+                        src_offset=old.offset, dst_offset=result.offset)
         n, args = gg.move_arguments(arrays, result, scatter=scatter, region_map=op.region_map, adv=op.adv,
                                     b_map=op.b_map, region=op.region)
         if n:
@@ -76,8 +76,8 @@ class ConcatPlan(LonePlan):
             for e in ins:
                 length = e.ir.shape[op.axis]
                 if length and outer and inner:
-                    cl.enqueue_copy(
-                        ctx.queue, out.storage.buffer, e.storage.buffer,
+                    ctx.enqueue(
+                        cl.enqueue_copy, out.storage.buffer, e.storage.buffer,
                         src_origin=(e.offset * itemsize, 0, 0), dst_origin=(0, at, 0),
                         region=(inner, length, outer),
                         src_pitches=(inner, inner * length), dst_pitches=(inner, inner * total),

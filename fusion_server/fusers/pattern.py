@@ -109,9 +109,7 @@ class PatternPlan:
         if ctx.fail_if_inputs_failed(f"custom fuser {self.fuser.name!r}", inputs, [out]):
             return
         ctx.allocate(out.storage)
-        self.fuser.run(
-            ctx.queue, [array_of(ctx, e) for e in inputs], array_of(ctx, out), scalars
-        )
+        ctx.enqueue(self.fuser.run, [array_of(ctx, e) for e in inputs], array_of(ctx, out), scalars)
         ctx.record_launch("custom-fuser", [op.name for op in self.ops], len(inputs) + 1 + len(scalars),
                            self.fuser.name, size_of(out.ir.shape))
         ctx.mark_ready([out.storage])

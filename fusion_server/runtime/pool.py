@@ -39,6 +39,9 @@ class BufferPool:
         self.peak_live_bytes = 0
         self.allocations = 0  # real device allocations
         self.reuses = 0
+        # Called with (buffer, nbytes) for every buffer handed out, while set (a capture
+        # follows which buffers its blocks allocate: see fusion_server/capture.py).
+        self.watch = None
 
     def alloc(self, nbytes: int) -> cl.Buffer:
         size = max(nbytes, 1) if self.exact else bucket_size(nbytes)
@@ -52,6 +55,8 @@ class BufferPool:
         self._live[id(buf)] = (buf, size)
         self.live_bytes += size
         self.peak_live_bytes = max(self.peak_live_bytes, self.live_bytes)
+        if self.watch is not None:
+            self.watch(buf, nbytes)
         return buf
 
     def _create(self, size: int) -> cl.Buffer:

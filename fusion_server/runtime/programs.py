@@ -79,6 +79,7 @@ class ProgramCache:
         self.compiles = 0
         self.fallbacks: dict[str, str] = {}  # kernel names built as scalar variants: why
         self.specs: dict[str, Any] = {}  # kernel name -> the spec it was built from (for inspect())
+        self.arg_types: dict[str, list] = {}  # kernel name -> its scalar arguments' dtypes (None: a buffer)
         self.compile_seconds = 0.0
         self._lock = threading.Lock()  # guards counters and `_building`: builds run off the server lock
         self._building: dict[Hashable, threading.Lock] = {}  # keys being built, held by the builder
@@ -169,6 +170,7 @@ class ProgramCache:
         kernel = build_kernel(self.context, source, name, list(options) + list(self.options))
         if arg_dtypes is not None:
             kernel.set_scalar_arg_dtypes(arg_dtypes)
+            self.arg_types[name] = arg_dtypes
         elapsed = time.perf_counter() - start
         with self._lock:
             self.compiles += 1

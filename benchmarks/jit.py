@@ -1,0 +1,236 @@
+"""clients.jit: what a captured call costs the host, side by side with the lazy path and peers.
+
+(a) The recurring 200-op graph of benchmarks.recurring, jitted: host time per op, amortized
+    over calls (the calling thread's CPU time, and wall time), against the lazy path.
+(b) Call overhead: the calling thread's CPU time per call of jitted functions that launch
+    1, 4 and 16 kernels, with the fixed and per-kernel parts fitted.
+(c) The 16-op chain of benchmarks.elementwise_chain on 1024 float32 elements, build +
+    read: jitted, not jitted, pyopencl.array (with its MemoryPool), PyTorch eager on the CPU
+    (when installed) and numpy, in interleaved rounds.
+(d) The same chain over --size elements (2^24 large): wall time of a jitted call and a
+    wait, against the hand-written kernel's enqueue and finish.
+
+    python -m benchmarks.jit [--size small|large] [--repeat N] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyopencl.array as cla
+import pyopencl.clmath as clmath
+import pyopencl.tools as cl_tools
+
+import clients
+
+from . import common
+from .elementwise_chain import chain, check, hand_kernel, inputs
+from .recurring import _graph
+
+NAME = "jit"
+SMALL = 1024
+CALLS = 200  # calls per timed sample of the host-cost parts
+
+
+def _cpu_per_call(fn: Callable[[], Any], calls: int, samples: int) -> tuple[float, float]:
+    """Median (thread CPU seconds, wall seconds) per call of `fn`, over `samples` samples
+    of `calls` calls each; the device is waited for between samples, off the clock."""
+    cpu, wall = [], []
+    for _ in range(samples):
+        gc.disable()
+        try:
+            c0, w0 = time.thread_time(), time.perf_counter()
+            for _ in range(calls):
+                out = fn()
+            c1, w1 = time.thread_time(), time.perf_counter()
+        finally:
+            gc.enable()
+        del out
+        clients.sync()
+        cpu.append((c1 - c0) / calls)
+        wall.append((w1 - w0) / calls)
+    return statistics.median(cpu), statistics.median(wall)
+
+
+def recurring_graph(samples: int) -> dict:
+    """Part (a): the 200-op graph, jitted and lazy (each call launched, not waited for)."""
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal(4096).astype(np.float32) for _ in range(2))
+    x, y = clients.asarray(a), clients.asarray(b)
+    jitted = clients.jit(_graph)
+    want = _graph(x, y).numpy()
+    for _ in range(3):
+        got = jitted(x, y).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    ops = 200
+    with clients.inspect() as rec:
+        jitted(x, y)
+    jit_cpu, jit_wall = _cpu_per_call(lambda: jitted(x, y), CALLS // 4, samples)
+
+    def lazy() -> clients.Tensor:
+        out = _graph(x, y)
+        clients.flush()
+        return out
+
+    lazy_cpu, lazy_wall = _cpu_per_call(lazy, 5, samples)
+    return {
+        "ops": ops,
+        "kernels_per_call": len(rec.kernels),
+        "jit_cpu_us_per_op": common.us(jit_cpu / ops),
+        "jit_wall_us_per_op": common.us(jit_wall / ops),
+        "lazy_cpu_us_per_op": common.us(lazy_cpu / ops),
+        "lazy_wall_us_per_op": common.us(lazy_wall / ops),
+        "lazy_over_jit_cpu": lazy_cpu / jit_cpu,
+    }
+
+
+def _steps(k: int) -> Callable[[clients.Tensor], clients.Tensor]:
+    """A function that launches k kernels: a reversed view of a block value ends its block."""
+    def f(x: clients.Tensor) -> clients.Tensor:
+        for _ in range(k):
+            x = (x * 1.0001 + 0.5)[::-1]
+        return x
+
+    return f
+
+
+def call_overhead(samples: int) -> dict:
+    """Part (b): CPU time per jitted call against the kernels it launches."""
+    x = clients.asarray(np.linspace(0, 1, SMALL, dtype=np.float32))
+    rows = {}
+    for k in (1, 4, 16):
+        f = clients.jit(_steps(k))
+        f(x)
+        with clients.inspect() as rec:
+            f(x)
+        kernels = len(rec.kernels)
+        cpu, wall = _cpu_per_call(lambda f=f: f(x), CALLS, samples)
+        rows[str(k)] = {"kernels": kernels, "cpu_us": common.us(cpu), "wall_us": common.us(wall)}
+    ks = np.array([r["kernels"] for r in rows.values()], float)
+    us = np.array([r["cpu_us"] for r in rows.values()])
+    per_kernel, fixed = np.polyfit(ks, us, 1)
+    return {"calls": rows, "fixed_us": float(fixed), "per_kernel_us": float(per_kernel)}
+
+
+def _torch_chain(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[Callable[[], Any] | None, str]:
+    try:
+        import torch
+    except ImportError:
+        return None, "PyTorch is not installed"
+    torch.set_num_threads(1)  # the chain is 1024 elements: threads only add overhead
+    ta, tb, tc = (torch.from_numpy(v) for v in (a, b, c))
+    return (lambda: chain(ta, tb, tc, torch).numpy()), f"PyTorch {torch.__version__} eager on the CPU"
+
+
+def small_chain(rounds: int) -> dict:
+    """Part (c): the 16-op chain on 1024 elements, build + read, side by side."""
+    a, b, c = inputs(SMALL, seed=1)
+    want = chain(a, b, c, np)
+    queue = clients.client_for().server.runtime.queue
+    ta, tb, tc = (clients.asarray(v) for v in (a, b, c))
+    pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(queue))
+    ga, gb, gc_ = (cla.to_device(queue, v, allocator=pool) for v in (a, b, c))
+    jitted = clients.jit(lambda a, b, c: chain(a, b, c, clients))
+    check("16-op chain, jit", jitted(ta, tb, tc).numpy(), want)
+    check("16-op chain, jit replay", jitted(ta, tb, tc).numpy(), want)
+    variants = {
+        "jit": lambda: jitted(ta, tb, tc).numpy(),
+        "lazy": lambda: chain(ta, tb, tc, clients).numpy(),
+        "pyopencl.array": lambda: chain(ga, gb, gc_, clmath).get(),
+        "numpy": lambda: chain(a, b, c, np),
+    }
+    torch_run, torch_note = _torch_chain(a, b, c)
+    if torch_run is not None:
+        check("16-op chain, torch", torch_run(), want)
+        variants["torch"] = torch_run
+    timings = common.time_rounds(variants, rounds, warmup=3)
+    out: dict = {"elements": SMALL, "variants": {k: t.to_dict() for k, t in timings.items()}, "torch": torch_note}
+    for name in ("jit", "lazy"):
+        for peer in ("pyopencl.array", "numpy", "torch"):
+            if peer in timings:
+                out[f"{name}_over_{peer}"] = common.ratio(timings[name], timings[peer])
+    return out
+
+
+def large_chain(n: int, repeat: int) -> dict:
+    """Part (d): wall time of a jitted call + wait against the hand-written kernel's."""
+    a, b, c = inputs(n, seed=2)
+    queue = clients.client_for().server.runtime.queue
+    ta, tb, tc = (clients.asarray(v) for v in (a, b, c))
+    ga, gb, gc_ = (cla.to_device(queue, v) for v in (a, b, c))
+    out = cla.empty_like(ga)
+    enqueue = hand_kernel(queue, n)
+    jitted = clients.jit(lambda a, b, c: chain(a, b, c, clients))
+    want = chain(a, b, c, np)
+    check("16-op chain, jit (large)", jitted(ta, tb, tc).numpy(), want)
+    enqueue(ga, gb, gc_, out).wait()
+    check("16-op chain, hand-written (large)", out.get(), want)
+
+    def jit_run() -> clients.Tensor:
+        result = jitted(ta, tb, tc)
+        clients.sync()
+        return result
+
+    def hand_run() -> None:
+        enqueue(ga, gb, gc_, out)
+        queue.finish()
+
+    timings = common.time_rounds({"jit": jit_run, "hand-written": hand_run}, repeat, warmup=2)
+    return {
+        "elements": n,
+        "variants": {k: t.to_dict() for k, t in timings.items()},
+        # >1: the jitted call is faster than the hand-written kernel's enqueue + finish
+        "jit_vs_hand_written": common.ratio(timings["hand-written"], timings["jit"]),
+    }
+
+
+def run(size: str = "large", repeat: int = 10) -> dict:
+    clients.set_mode("lazy")
+    samples = max(5, repeat)
+    return {
+        "benchmark": NAME,
+        "graph": recurring_graph(samples),
+        "call_overhead": call_overhead(samples),
+        "small_chain": small_chain(30 * repeat),
+        "large_chain": large_chain(common.SIZES[size], max(5, repeat)),
+    }
+
+
+def summary_rows(result: dict) -> list[list[Any]]:
+    g, o, s, big = result["graph"], result["call_overhead"], result["small_chain"], result["large_chain"]
+    rows = [
+        ["200-op graph, jit: host CPU us per op", g["jit_cpu_us_per_op"], "us"],
+        ["200-op graph, jit: wall us per op", g["jit_wall_us_per_op"], "us"],
+        ["200-op graph, lazy: host CPU us per op", g["lazy_cpu_us_per_op"], "us"],
+        ["jit call: fixed CPU us", o["fixed_us"], "us"],
+        ["jit call: CPU us per kernel", o["per_kernel_us"], "us"],
+    ]
+    for r in o["calls"].values():
+        rows.append([f"jit call of {r['kernels']} kernels: CPU us (wall us {r['wall_us']:.1f})", r["cpu_us"], "us"])
+    for name, v in s["variants"].items():
+        rows.append([f"16-op chain x{s['elements']}, {name}", common.us(v["median_s"]), "us"])
+    for key in ("jit_over_pyopencl.array", "lazy_over_pyopencl.array", "jit_over_torch", "jit_over_numpy"):
+        if key in s:
+            rows.append([f"16-op chain x{s['elements']}: {key.replace('_over_', ' / ')} (time)",
+                         s[key]["of_medians"], "x"])
+    rows.append([f"16-op chain x{big['elements']}: jit vs hand-written (speed, wall)",
+                 big["jit_vs_hand_written"]["of_medians"], "x"])
+    return rows
+
+
+def report(result: dict) -> None:
+    common.print_table("clients.jit (medians)", ["measure", "value", "unit"], summary_rows(result))
+    print(f"torch: {result['small_chain']['torch']}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    return common.run_main(NAME, __doc__, run, report, argv)
+
+
+if __name__ == "__main__":
+    main()

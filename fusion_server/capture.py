@@ -1,0 +1,315 @@
+"""Capture and replay: the device commands of a traced call, enqueued again with new tensors.
+
+While a stream captures (the first call of a `clients.jit` function with a signature),
+every command its blocks enqueue is recorded on a `Tape`, each argument with where it
+comes from:
+
+- an input: the buffer of one of the call's tensors;
+- a slot: a buffer the pool handed to one of the capturing stream's blocks (the trace's
+  intermediates, scratch and outputs). A buffer the trace freed and took again is the same
+  slot: a replay uses it in the same order. Handed to anyone else meanwhile (an upload,
+  another thread), it stops being one;
+- a traced scalar: the numpy value made for one of the call's Python scalars;
+- a constant: anything else (a metadata buffer, a size, a value computed outside the call
+  and read by reference, pinned while the capture lives).
+
+Finished, the tape becomes a `Capture`: per launch a clone of the kernel with its constant
+arguments set once, and the few arguments a call changes. `replay` sets those and enqueues,
+with the outputs' entries made first: no op, no fuser, no plan store, one locked section.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+
+from .errors import TensorFailedError, after_failed_input
+from .handles import FAILED, PENDING, READY, Entry, Storage
+from .ir import TensorIr, contiguous_strides
+
+INPUT, SLOT, SCALAR, CONST, ARRAY, SEQ, EMPTY = range(7)
+KERNEL, CALL = 0, 1
+
+_MEMORY = cl.MemoryObjectHolder
+# pyopencl sets several arguments in one call with these (since 2022); plain set_arg else.
+_FAST_ARGS = hasattr(cl.Kernel, "_set_arg_multi") and hasattr(cl.Kernel, "_set_arg_buf_multi")
+
+
+class Tape:
+    """What one capturing stream enqueued, each argument with its source (module docstring)."""
+
+    def __init__(self, name: str, inputs: list[Entry], generation: int, pin: Callable[[Storage], None]):
+        self.name = name
+        self.generation = generation  # the server's: settings changed since, the tape is void
+        self.inputs = inputs
+        # Which inputs share a storage, and the storages' sizes (they decide 64-bit
+        # indexing): a call whose inputs differ is traced again.
+        storages = [e.storage for e in inputs]
+        self.aliasing = aliasing_of(storages)
+        self.sizes = tuple(st.nbytes for st in storages)
+        self.input_of: dict[int, int] = {}
+        for k, e in enumerate(inputs):
+            if e.storage.buffer is not None:
+                self.input_of.setdefault(id(e.storage.buffer), k)
+        self._pin = pin
+        self.slot_of: dict[int, int] = {}  # id(buffer) -> slot, while the buffer is one
+        self.slot_nbytes: list[int] = []
+        self.keep: list = []  # every buffer and traced value seen: their ids stay theirs
+        self.const_ids: set[int] = set()
+        self.pinned: list[Storage] = []
+        self.scalar_of: dict[int, int] = {}  # id(numpy value) -> traced scalar number
+        self.scalars: list[tuple[Any, np.dtype]] = []  # (traced scalar, dtype), in first use order
+        self.steps: list[list] = []
+        self.broken = ""  # why it cannot be replayed
+
+    # -- what the client and the context tell it ----------------------------------------
+    def traced_value(self, traced: Any, dtype: np.dtype) -> np.generic:
+        """A new numpy value of traced scalar `traced` in `dtype`: a launch that passes
+        this very object is replayed with the call's value in its place."""
+        value = dtype.type(traced.value)  # (a new object: numpy keeps no cache of these)
+        self.scalar_of[id(value)] = len(self.scalars)
+        self.scalars.append((traced, dtype))
+        self.keep.append(value)
+        return value
+
+    def allocated(self, buffer: Any, nbytes: int, ours: bool) -> None:
+        key = id(buffer)
+        if not ours:
+            self.slot_of.pop(key, None)
+            return
+        if key not in self.slot_of:
+            self.slot_of[key] = len(self.slot_nbytes)
+            self.slot_nbytes.append(nbytes)
+            self.keep.append(buffer)
+
+    def kernel(self, kernel: cl.Kernel, grid: tuple, local: tuple | None, args: list, entries: dict) -> None:
+        self.steps.append([KERNEL, kernel, grid, local, [self.source(a, entries) for a in args], None])
+
+    def command(self, fn: Callable, args: tuple, kwargs: dict, entries: dict) -> None:
+        self.steps.append([CALL, fn, [self.source(a, entries) for a in args],
+                           {k: self.source(v, entries) for k, v in kwargs.items()}, None, None])
+
+    def record(self, record: tuple) -> None:
+        """A launch's record (kind, ops, bindings, name, items): it belongs to the last
+        command, or stands alone (user code that enqueued on its own)."""
+        if self.steps and self.steps[-1][-1] is None:
+            self.steps[-1][-1] = record
+        else:
+            self.steps.append([CALL, None, [], {}, None, record])
+
+    # -- sources ----------------------------------------------------------------------------
+    def source(self, value: Any, entries: dict) -> tuple:
+        if isinstance(value, _MEMORY):
+            key = id(value)
+            j = self.slot_of.get(key)
+            if j is not None:
+                return (SLOT, j)
+            k = self.input_of.get(key)
+            if k is not None:
+                return (INPUT, k)
+            self.hold(value, entries)
+            return (CONST, value)
+        if isinstance(value, np.generic):
+            s = self.scalar_of.get(id(value))
+            return (CONST, value) if s is None else (SCALAR, s)
+        if isinstance(value, cla.Array):
+            return (ARRAY, self.source(value.base_data, entries), value.shape, value.dtype, value.offset,
+                    value.strides)
+        if type(value) in (list, tuple):
+            parts = [self.source(v, entries) for v in value]
+            if all(p[0] == CONST for p in parts):
+                return (CONST, value)  # passed as it is (the same object each call)
+            return (SEQ, type(value), parts)
+        return (CONST, value)
+
+    def hold(self, buffer: Any, entries: dict) -> Storage | None:
+        """Keep a constant buffer for the capture's life: its storage, if a tensor's, is
+        pinned (never recycled, whatever becomes of the tensor)."""
+        key = id(buffer)
+        if key in self.const_ids:
+            return next((st for st in self.pinned if st.buffer is buffer), None)
+        self.const_ids.add(key)
+        self.keep.append(buffer)
+        for e in entries.values():
+            if e.storage.buffer is buffer:
+                self._pin(e.storage)
+                self.pinned.append(e.storage)
+                return e.storage
+        return None
+
+
+class Capture:
+    """A finished tape: what a replay enqueues, and where its outputs live."""
+
+    def __init__(self, tape: Tape, outputs: list[tuple], arg_types: dict, drop_pins: Callable[[list], None]):
+        self.name = tape.name
+        self.generation = tape.generation
+        self.n_inputs = len(tape.inputs)
+        self.aliasing = tape.aliasing
+        self.sizes = tape.sizes
+        self.scalars = tape.scalars
+        self.slot_nbytes = list(tape.slot_nbytes)
+        # Per output: (source, nbytes, strides, offset, contiguous): its entry, made directly
+        # (the layout was checked against its buffer when the trace made it).
+        self.outputs = [(src, nbytes, tuple(strides), offset,
+                         offset == 0 and tuple(strides) == contiguous_strides(shape))
+                        for src, nbytes, shape, _, strides, offset in outputs]
+        out_slots = {src[1] for src, *_ in outputs if src[0] == SLOT}
+        self.scratch = [j for j in range(len(self.slot_nbytes)) if j not in out_slots]
+        self.steps = [self._compile(step, arg_types) for step in tape.steps]
+        self.launches = sum(1 for step in tape.steps if step[-1] is not None)
+        self.pinned = tape.pinned
+        if self.pinned:
+            weakref.finalize(self, drop_pins, list(self.pinned))
+
+    def _compile(self, step: list, arg_types: dict) -> tuple:
+        record = step[-1]
+        if step[0] == CALL:
+            args, kwargs = _call_sources(step, self.n_inputs)
+            return (CALL, step[1], args, kwargs, record)
+        _, kernel, grid, local, sources, _ = step
+        clone = cl.Kernel(kernel.program, kernel.function_name)
+        types = arg_types.get(kernel.function_name)
+        buffers, scalars = [], []
+        for i, src in enumerate(sources):
+            kind = src[0]
+            if kind == INPUT:
+                buffers.append((i, src[1]))
+            elif kind == SLOT:
+                buffers.append((i, self.n_inputs + src[1]))
+            elif kind == SCALAR:
+                scalars.append((i, src[1]))
+            else:
+                value = src[1]
+                if type(value) in (int, float) and types and types[i] is not None:
+                    value = np.dtype(types[i]).type(value)
+                clone.set_arg(i, value)
+        return (KERNEL, clone, grid, local, tuple(buffers), tuple(scalars), record)
+
+
+def aliasing_of(storages: list[Storage]) -> tuple[int, ...]:
+    """For each storage, the position of the first one that is the same object."""
+    return tuple(next(j for j, s in enumerate(storages) if s is st) for st in storages)
+
+
+def materialize(src: tuple, buffers: list, scalars: list, queue: cl.CommandQueue) -> Any:
+    """The value of a recorded argument in this call."""
+    kind = src[0]
+    if kind == INPUT:
+        return buffers[src[1]]
+    if kind == SLOT:
+        return buffers[src[1]]
+    if kind == SCALAR:
+        return scalars[src[1]]
+    if kind == ARRAY:
+        _, data, shape, dtype, offset, strides = src
+        return cla.Array(queue, shape, dtype, data=materialize(data, buffers, scalars, queue), offset=offset,
+                         strides=strides)
+    if kind == SEQ:
+        return src[1](materialize(s, buffers, scalars, queue) for s in src[2])
+    return src[1]
+
+
+def _call_sources(step: tuple, n_inputs: int) -> tuple:
+    """A CALL step's sources with slots numbered after the inputs (as `buffers` holds them)."""
+    def shift(src: tuple) -> tuple:
+        kind = src[0]
+        if kind == SLOT:
+            return (SLOT, n_inputs + src[1])
+        if kind == ARRAY:
+            return (ARRAY, shift(src[1]), *src[2:])
+        if kind == SEQ:
+            return (SEQ, src[1], [shift(s) for s in src[2]])
+        return src
+
+    return [shift(s) for s in step[2]], {k: shift(v) for k, v in step[3].items()}
+
+
+def replay(ctx, capture: Capture, ins: list[Entry], scalars: list, out_irs: list[TensorIr]) -> None:
+    """Enqueue `capture` for inputs `ins` and traced scalar values `scalars` (numpy values
+    of the dtypes the trace used), writing `out_irs` (their handles exist already).
+
+    The outputs' entries are made first, as values still to be written whose writer is in
+    no queue: an interrupt anywhere from there on fails them (the server's recovery), and
+    buffers not yet held go back to the pool. A failure fails this call's outputs only."""
+    entries = ctx.entries
+    storages: dict = {}
+    for ir, (src, nbytes, strides, offset, contiguous) in zip(out_irs, capture.outputs):
+        kind = src[0]
+        if kind == SLOT:
+            st = storages.get(src[1])
+            if st is None:
+                st = storages[src[1]] = Storage(nbytes, PENDING)
+                st.writer = ir.id
+        elif kind == INPUT:
+            st = ins[src[1]].storage
+        elif kind == CONST:
+            st = src[1]
+        else:
+            st = Storage(nbytes, READY)
+        entries[ir.id] = Entry(ir, st, strides, offset, contiguous)
+    written = list(storages.values())
+    for e in ins:
+        if e.storage.status == FAILED:
+            ctx.fail(written, after_failed_input(f"clients.jit call of {capture.name}", e.ir.id, e.storage.error))
+            return
+    pool = ctx.pool
+    buffers = [e.storage.buffer for e in ins]
+    nbytes = capture.slot_nbytes
+    for j in range(len(nbytes)):
+        st = storages.get(j)
+        buffers.append(ctx.allocate(st) if st is not None else pool.alloc(nbytes[j]))
+    queue = ctx.queue
+    recorders = ctx.recorders
+    n_inputs = capture.n_inputs
+    event = None
+    try:
+        for step in capture.steps:
+            if step[0] == KERNEL:
+                _, kernel, grid, local, bufs, scals, record = step
+                if _FAST_ARGS:
+                    pairs: list = []
+                    for i, b in bufs:
+                        pairs.append(i)
+                        pairs.append(buffers[b])
+                    kernel._set_arg_multi(tuple(pairs))
+                    if scals:
+                        pairs = []
+                        for i, s in scals:
+                            pairs.append(i)
+                            pairs.append(scalars[s])
+                        kernel._set_arg_buf_multi(tuple(pairs))
+                else:
+                    for i, b in bufs:
+                        kernel.set_arg(i, buffers[b])
+                    for i, s in scals:
+                        kernel.set_arg(i, scalars[s])
+                event = cl.enqueue_nd_range_kernel(queue, kernel, grid, local)
+            else:
+                _, fn, arg_srcs, kw_srcs, record = step
+                if fn is not None:
+                    args = [materialize(s, buffers, scalars, queue) for s in arg_srcs]
+                    kwargs = {k: materialize(s, buffers, scalars, queue) for k, s in kw_srcs.items()}
+                    out = fn(queue, *args, **kwargs)
+                    event = out if isinstance(out, cl.Event) else None
+            if record is not None and recorders:
+                kind, ops, bindings, name, items = record
+                ctx.record_replayed(kind, ops, bindings, name, items, event, capture.name)
+    except BaseException as exc:
+        err = TensorFailedError(f"clients.jit call of {capture.name} failed: {exc!r}")
+        err.__cause__ = exc if isinstance(exc, Exception) else None
+        ctx.fail(written, err)
+        for j in capture.scratch:
+            pool.free(buffers[n_inputs + j], nbytes[j])
+        if not isinstance(exc, Exception):
+            raise
+        return
+    ctx.counters["kernels_launched"] += capture.launches
+    ctx.mark_ready(written)
+    for j in capture.scratch:  # (the in-order queue runs this call's kernels before any later user)
+        pool.free(buffers[n_inputs + j], nbytes[j])
