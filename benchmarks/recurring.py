@@ -4,7 +4,8 @@
   with the compiles and fuser explorations counted after the second iteration, and the
   plan hits (blocks replayed from the plan store).
 - Threads: every thread records its own chain of ops; register latency (p50, p99) and
-  total throughput with 1 thread and with 8.
+  total throughput with 1 thread and with 8, for each channel (the inbox, the default,
+  and the lock per op), alternated in one process.
 
     python -m benchmarks.recurring [--repeat N]
 """
@@ -99,19 +100,29 @@ def threads_registering(threads: int, n_ops: int = 3000) -> dict:
 
 def run(size: str = "large", repeat: int = 3) -> dict:
     graph = recurring_graph()  # first: its first iteration builds the kernels
-    one = [threads_registering(1) for _ in range(max(1, repeat))]
-    eight = [threads_registering(8) for _ in range(max(1, repeat))]
+    client = clients.client_for()
+    default = client.channel
+    rows: dict = {}
+    try:
+        for _ in range(max(1, repeat)):
+            for channel in ("inbox", "lock"):
+                client.channel = channel
+                for n in (1, 8):
+                    rows.setdefault((channel, n), []).append(threads_registering(n))
+    finally:
+        client.channel = default
 
-    def med(rows, key):
-        return statistics.median(r[key] for r in rows)
+    def med(samples, key):
+        return statistics.median(r[key] for r in samples)
 
-    return {
-        "graph": graph,
-        "threads": {
-            str(n): {k: med(rows, k) for k in ("ops_per_s", "p50_us", "p99_us")}
-            for n, rows in (("1", one), ("8", eight))
-        },
+    channels = {
+        channel: {str(n): {k: med(rows[(channel, n)], k) for k in ("ops_per_s", "p50_us", "p99_us")}
+                  for n in (1, 8)}
+        for channel in ("inbox", "lock")
     }
+    for c in channels.values():
+        c["8_over_1"] = c["8"]["ops_per_s"] / c["1"]["ops_per_s"]
+    return {"graph": graph, "threads": channels[default], "channels": channels, "default_channel": default}
 
 
 def report(result: dict) -> None:
@@ -126,8 +137,10 @@ def report(result: dict) -> None:
          ["plan hits in these iterations", g["plan_hits"]],
          ["plan hits per iteration, after the second", g["plan_hits_per_iteration_after_second"]]],
     )
-    rows = [[n, r["ops_per_s"], r["p50_us"], r["p99_us"]] for n, r in result["threads"].items()]
-    common.print_table("threads registering at once", ["threads", "ops/s", "p50 us", "p99 us"], rows)
+    rows = [[channel, n, r["ops_per_s"], r["p50_us"], r["p99_us"]]
+            for channel, c in result["channels"].items() for n, r in c.items() if n != "8_over_1"]
+    rows += [[channel, "8 / 1", c["8_over_1"], "", ""] for channel, c in result["channels"].items()]
+    common.print_table("threads registering at once", ["channel", "threads", "ops/s", "p50 us", "p99 us"], rows)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -182,7 +182,7 @@ def _elementwise(name: str, args: Sequence[Any], dtype: np.dtype, compute: np.dt
     operands = tuple(_operand(a, dtype) for a in args)
     out = _new(client, shape, out_dtype)
     t = Tensor._make(client, out.id, shape, out_dtype)  # (before the op: see FusionClient.register)
-    client.register(ElementwiseOp(name, operands, compute, out))
+    client.record(ElementwiseOp(name, operands, compute, out), *args)
     return t
 
 
@@ -216,7 +216,7 @@ def binary(name: str, a: Any, b: Any) -> Tensor:
         else:
             out = _new(client, shape, out_dtype)
         t = _result(client, out.id, shape, out_dtype)
-        client.register(_tuple_new(ElementwiseOp, (name, (a._id, b._id), compute, out, None, ())))
+        client.record(_tuple_new(ElementwiseOp, (name, (a._id, b._id), compute, out, None, ())), a, b)
         return t
     if tb and not ta and type(a) in _PY_SCALARS:  # `1.0 - x`: the same, operands swapped
         return _tensor_scalar(name, b, a, True)
@@ -269,7 +269,7 @@ def _tensor_scalar(name: str, a: Tensor, b: bool | int | float, swapped: bool) -
     scalar = _tuple_new(Scalar, (value, dtype))
     operands = (scalar, a._id) if swapped else (a._id, scalar)
     t = _result(client, out.id, shape, out_dtype)
-    client.register(_tuple_new(ElementwiseOp, (name, operands, compute, out, None, ())))
+    client.record(_tuple_new(ElementwiseOp, (name, operands, compute, out, None, ())), a)
     return t
 
 
@@ -284,7 +284,7 @@ def unary(name: str, x: Any) -> Tensor:
     else:
         out = _new(client, x.shape, out_dtype)
     t = _result(client, out.id, x.shape, out_dtype)
-    client.register(_tuple_new(ElementwiseOp, (name, (x._id,), compute, out, None, ())))
+    client.record(_tuple_new(ElementwiseOp, (name, (x._id,), compute, out, None, ())), x)
     return t
 
 
@@ -317,7 +317,7 @@ def where(condition: Any, x1: Any, x2: Any) -> Tensor:
     operands = (condition._id,) + tuple(_operand(v, dtype) for v in vals)
     out = _new(client, shape, dtype)
     t = Tensor._make(client, out.id, shape, dtype)
-    client.register(ElementwiseOp("where", operands, dtype, out))
+    client.record(ElementwiseOp("where", operands, dtype, out), condition, *vals)
     return t
 
 
@@ -343,7 +343,7 @@ def astype(x: Tensor, dtype: Any, copy: bool = True) -> Tensor:
     client = x._client
     out = _new(client, x.shape, target)
     t = Tensor._make(client, out.id, x.shape, target)
-    client.register(ElementwiseOp("cast", (x._id,), target, out))
+    client.record(ElementwiseOp("cast", (x._id,), target, out), x)
     return t
 
 
@@ -421,7 +421,7 @@ def full(shape: Any, fill_value: Any, dtype: Any = None, device: Any = None) -> 
     out = _new(client, shape, target)
     value = scalar_operand(fill_value, target)
     t = Tensor._make(client, out.id, shape, target)
-    client.register(ElementwiseOp("fill", (value,), target, out))
+    client.record(ElementwiseOp("fill", (value,), target, out))
     return t
 
 

@@ -382,8 +382,13 @@ def setitem(x: Tensor, key: Any, value: Any) -> None:
 
 
 def _rebind(x: Tensor, new: Tensor) -> None:
-    """Point handle x at new's value; `new` takes x's old id, which is dropped with it."""
+    """Point handle x at new's value; `new` takes x's old id, which is dropped with it.
+
+    Ops still queued in the client (its inbox channel) may read the old id: `new` stays
+    alive until they are registered as its readers."""
     swap_ids(x, new)
+    if x._client.queues:
+        x._client.keep_until_registered(new)
     x._strides, new._strides = new._strides, x._strides
     x._offset, new._offset = new._offset, x._offset
 

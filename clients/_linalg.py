@@ -36,7 +36,7 @@ def matmul(x1: Any, x2: Any) -> Tensor:
     shape = batch + (va.shape[-2], vb.shape[-1])
     out = F._new(client, shape, dtype)
     result = Tensor._make(client, out.id, shape, dtype)
-    client.register(MatmulOp(va._id, vb._id, dtype, out))
+    client.record(MatmulOp(va._id, vb._id, dtype, out), va, vb)
     if a.ndim == 1:
         result = F.squeeze(result, -2)
     if b.ndim == 1:

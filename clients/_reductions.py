@@ -79,7 +79,7 @@ def _reduce(name: str, x: Any, axis: Any, keepdims: bool, dtype: Any = None) -> 
     shape = _out_shape(x, axes, keepdims)
     out = F._new(client, shape, out_dtype)
     t = Tensor._make(client, out.id, shape, out_dtype)
-    client.register(ReduceOp(name, x._id, axes, acc, out))
+    client.record(ReduceOp(name, x._id, axes, acc, out), x)
     return t
 
 

@@ -18,6 +18,7 @@ Lock discipline (the rules every locked section follows):
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import threading
 import weakref
@@ -29,7 +30,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from fusion_server.compiling import NeedsCompile
-from fusion_server.errors import FusionError, ReentrancyError
+from fusion_server.errors import DroppedTensorError, FusionError, ReentrancyError
 from fusion_server.ir import OperationIr, TensorIr, ViewOp
 from fusion_server.runtime import waits
 from fusion_server.server import MODES, FusionServer, Recorder
@@ -63,6 +64,15 @@ atexit.register(_close_all_at_exit)
 
 
 MAX_PENDING_DROPS = 256  # registering drains dropped ids only past this many
+# The inbox channel (see FusionClient.record): a recording thread registers its queue once
+# it holds this many ops and the lock is free, and waits for the lock past INBOX_MAX.
+INBOX_BATCH = 64
+INBOX_MAX = 4096
+CHANNELS = ("lock", "inbox")  # the first is the default (see docs/architecture.md, "The channel")
+
+
+def _nothing(server: FusionServer) -> None:
+    return None
 
 
 class FusionClient:
@@ -75,6 +85,16 @@ class FusionClient:
         self.unpins: deque = server.unpin_inbox  # storages whose resolved arrays or captures were collected
         self._lock = threading.Lock()
         self._owner: int | None = None  # the thread holding the lock
+        # Ops recorded without the lock, per thread, in the order they were made, with the
+        # handles they read (kept alive until the op is registered): (sequence number, op,
+        # handles). The sequence is one for all threads: it orders ops across queues.
+        self.queues: dict[int, deque] = {}
+        self._sequence = itertools.count()
+        channel = os.environ.get("FUSION_CHANNEL", "").strip() or CHANNELS[0]
+        if channel not in CHANNELS:
+            raise FusionError(f"FUSION_CHANNEL={channel!r}: expected one of {CHANNELS}")
+        self.channel = channel
+        self._thread = threading.local()  # set once a thread has recorded here
         self._forked = False
         self._closed = False
         waits.guards.append(self._check_not_holding)
@@ -116,6 +136,12 @@ class FusionClient:
             # Rare and off every hot path: build under the lock rather than leave it queued.
             server.compile_under_lock = True
             try:
+                for sid in list(server.ended_streams):  # what the thread recorded, first
+                    queue = self.queues.get(sid)
+                    if queue:
+                        self._register_queue(sid, queue)
+                    if queue is not None and not queue:
+                        del self.queues[sid]  # (its id may serve a new thread, which marks itself)
                 server.flush_ended_streams()
             finally:
                 server.compile_under_lock = False
@@ -167,9 +193,20 @@ class FusionClient:
             with self._lock:
                 self._owner = me
                 try:
+                    queue = self.queues.get(me)
+                    if queue:
+                        self._register_queue(me, queue)
                     if self.drops or self.server.ended_streams or self.unpins:
                         self._drain()
-                    return fn(self.server, *args)
+                    try:
+                        return fn(self.server, *args)
+                    except DroppedTensorError:
+                        # A tensor another thread recorded and has not registered yet:
+                        # register every queue, in order, and run again (the server's entry
+                        # points look their tensors up before they change anything).
+                        if not self._register_all():
+                            raise
+                        return fn(self.server, *args)
                 except NeedsCompile as need:
                     job = need.job
                 except BaseException as exc:
@@ -179,17 +216,94 @@ class FusionClient:
                     self._owner = None
             job.run()  # outside the lock: other threads keep working meanwhile
 
+    def _register_queue(self, stream_id: int, queue: deque, before: int | None = None) -> None:
+        """Register a thread's recorded ops (under the lock), in order, in its stream; with
+        `before`, only those made before that sequence number. An op leaves its queue only
+        once registered: after a kernel build or an interrupt, the next locked section
+        resumes with it (the server recognizes an op it has queued already). An op that
+        reads a tensor still in another thread's queue has the ops made before it, on every
+        thread, registered first; an op the server refuses fails its own outputs."""
+        server = self.server
+        while queue:
+            seq, op, _ = queue[0]
+            if before is not None and seq >= before:
+                return
+            if op is not None:  # (None: a handle kept alive until the ops before it are registered)
+                try:
+                    server.register(stream_id, op)
+                except DroppedTensorError as exc:
+                    if self._register_all(before=seq):
+                        continue  # its input was another thread's, registered now: again
+                    server.fail_unregistered(op, exc)
+                except (NeedsCompile, ReentrancyError):
+                    raise
+                except Exception as exc:  # noqa: BLE001 (an op that cannot be queued: its values fail)
+                    server.fail_unregistered(op, exc)
+            queue.popleft()
+
+    def _register_all(self, before: int | None = None) -> bool:
+        """Register every thread's queued ops made before `before` (all, if None), oldest
+        first across the threads; True if there were any."""
+        found = False
+        while True:
+            oldest = None
+            for sid, queue in list(self.queues.items()):
+                if queue and (before is None or queue[0][0] < before) and \
+                        (oldest is None or queue[0][0] < oldest[1][0][0]):
+                    oldest = (sid, queue)
+            if oldest is None:
+                return found
+            found = True
+            sid, queue = oldest
+            self._register_queue(sid, queue, queue[0][0] + 1)  # its oldest op alone
+
+    def keep_until_registered(self, handle: Any) -> None:
+        """Keep `handle` alive until every op recorded so far is registered (a handle that
+        took over a rebound tensor's old id, which queued ops may read)."""
+        me = _get_ident()
+        if any(q for sid, q in list(self.queues.items()) if sid != me):
+            self.call(lambda server: self._register_all())
+        queue = self.queues.get(me)
+        if queue:
+            queue.append((next(self._sequence), None, (handle,)))
+
     # -- the operations -----------------------------------------------------------------
+    def record(self, op: OperationIr, *reads: Any) -> None:
+        """Queue `op`, whose input handles are `reads`: the hot path of every element-wise
+        op, reduction and matmul. On the inbox channel the op joins this thread's queue
+        without the lock (the handles ride along, so no input dies before the op is counted
+        as its reader); the thread takes the lock once per INBOX_BATCH ops, and skips it
+        while another thread holds it (its next locked section registers them). Every
+        locked section of the thread registers its queue first. The lock channel registers
+        each op at once, as `register` does."""
+        if self.channel != "inbox":
+            self.register(op)
+            return
+        me = _get_ident()
+        if self._owner == me or self._forked or self._closed:
+            self._check(me)
+        queue = self.queues.get(me)
+        if queue is None:  # this thread's first op: its stream is flushed when it ends
+            queue = self.queues[me] = deque()
+            self.server.mark_thread(me)
+        queue.append((next(self._sequence), op, reads))
+        n = len(queue)
+        if n >= INBOX_BATCH and (n >= INBOX_MAX or not self._lock.locked()):
+            self.call(_nothing)  # (a thread that loses the race for the lock waits here, once)
+
     def register(self, op: OperationIr) -> None:
         """Queue `op`. Its output handles exist before this is called, so that an
         interrupt anywhere from here on drops them (a half-registered op is then
         released instead of kept forever)."""
-        me = _get_ident()  # the hot path: `call`, spelled out
+        me = _get_ident()  # the hot path of the lock channel: `call`, spelled out
         if self._owner == me or self._forked or self._closed:
             self._check(me)
         with self._lock:
             self._owner = me
             try:
+                queue = self.queues.get(me)
+                if queue:
+                    self._register_queue(me, queue)
                 server = self.server
                 # Drops wait for the next block (or any other call): draining them here
                 # would cost every op a call, and only blocks look at what is alive.
@@ -235,7 +349,12 @@ class FusionClient:
         self.call(lambda server: server.flush_stream(me, "flush"))
 
     def stats(self) -> dict:
-        return self.call(lambda server: server.stats())
+        def counted(server: FusionServer) -> dict:
+            out = server.stats()  # (pending_ops: also what threads recorded and have not registered)
+            out["pending_ops"] += sum(1 for q in list(self.queues.values()) for item in list(q) if item[1] is not None)
+            return out
+
+        return self.call(counted)
 
     @contextmanager
     def inspect(self):

@@ -54,6 +54,10 @@ MAX_CAPTURES = 256  # per function; the least recently used goes first
 _RETRACE = object()
 
 
+class _Uncaptured(Exception):  # noqa: N818 (a signal inside _trace)
+    """The traced call cannot be captured: it runs as traced, and the next call traces again."""
+
+
 class _Captured:
     """A capture with what the client side needs to call it: how to build the result,
     the outputs' layouts, the rebound inputs, the classes derived scalars must keep."""
@@ -72,9 +76,10 @@ class _Captured:
 class _Arguments:
     """One call's arguments, flattened: its signature key, tensors and Python scalars."""
 
-    __slots__ = ("key", "tensors", "scalars", "names", "uploads")
+    __slots__ = ("key", "tensors", "scalars", "names", "uploads", "aliases")
 
     def __init__(self) -> None:
+        self.aliases: list[Tensor] = []  # while tracing: the function's own handles of `tensors`
         self.key: list = []
         self.tensors: list[Tensor] = []
         self.scalars: list = []
@@ -181,31 +186,44 @@ class JitFunction:
     def _trace(self, key: tuple, args: tuple, kwargs: dict, call: _Arguments) -> Any:
         client = F._client_of(call.tensors) if call.tensors else client_for()
         me = _get_ident()
-        input_ids = [t._id for t in call.tensors]
+        # The function sees its own handles of the arguments (views with their layouts):
+        # a tensor it reads by another name (a global that is also an argument) is then told
+        # apart from the argument, and is a constant. (See end_capture's `foreign`.)
+        call.aliases = [F._view(t, t.shape, t.strides_elements, t._offset) for t in call.tensors]
+        input_ids = [t._id for t in call.aliases]
         tape = client.call(lambda server: server.begin_capture(me, self.name, input_ids))
         if tape is None:  # an input failed: the call runs uncaptured (its outputs fail)
             return self._run(args, kwargs, call)
-        targs, tkwargs = self._substitute(args, kwargs, call, traced=True)
+        traced_scalars = not client.server.fuser_factories  # (see _flatten)
+        targs, tkwargs = self._substitute(args, kwargs, call, traced=traced_scalars)
         _traced.tracing[me] = _traced.Trace(self.name, tape)
+        ended = False
         try:
-            result = self.fn(*targs, **tkwargs)
+            try:
+                result = self.fn(*targs, **tkwargs)
+            finally:
+                _traced.tracing.pop(me, None)
+            outs: list[Tensor] = []
+            structure = _structure(result, outs, {id(t): k for k, t in enumerate(call.aliases)})
+            rebinds = []
+            for k, t in enumerate(call.aliases):
+                if t._id != input_ids[k]:  # x[key] = v, x += 1 on an argument: it is rebound
+                    rebinds.append((k, len(outs)))
+                    outs.append(t)
+            if any(t._client is not client for t in outs):  # (a result on another device)
+                raise _Uncaptured
+            ended = True
+            capture = client.call(lambda server: server.end_capture(me, tape, [t._id for t in outs]))
+        except _Uncaptured:
+            client.call(lambda server: server.abort_capture(me, tape))
+            capture = None
         except BaseException:
-            _traced.tracing.pop(me, None)
-            client.call(lambda server: server.abort_capture(me, tape))
+            if not ended:
+                client.call(lambda server: server.abort_capture(me, tape))
             raise
-        finally:
-            _traced.tracing.pop(me, None)
-        outs: list[Tensor] = []
-        structure = _structure(result, outs, {id(t): k for k, t in enumerate(call.tensors)})
-        rebinds = []
-        for k, t in enumerate(call.tensors):
-            if t._id != input_ids[k]:  # x[key] = v, x += 1 on an argument: it is rebound
-                rebinds.append((k, len(outs)))
-                outs.append(t)
-        if any(t._client is not client for t in outs):  # (a result on another device)
-            client.call(lambda server: server.abort_capture(me, tape))
-            return _build(structure, outs, call)
-        capture = client.call(lambda server: server.end_capture(me, tape, [t._id for t in outs]))
+        for k, j in rebinds:  # the caller's handle takes the argument's new value
+            _rebind(call.tensors[k], outs[j])
+            outs[j] = call.tensors[k]
         if capture is not None:
             derived = [(s, _traced.scalar_class(traced.value)) for s, (traced, _) in enumerate(capture.scalars)
                        if traced.derived]
@@ -237,6 +255,14 @@ class JitFunction:
         if call.tensors:
             client = call.tensors[0]._client
             call.key.append(id(client))
+            # Which arguments are the same tensor (f(a, a) and f(a, b) are two captures).
+            tensors = call.tensors
+            if len(tensors) > 1:
+                call.key.append(tuple(next(j for j, u in enumerate(tensors) if u is t) for t in tensors))
+            if call.scalars and client.server.fuser_factories:
+                # A custom fuser may decide on a scalar's value (the plan store does not
+                # follow such streams either): scalars are then static.
+                call.key.append(tuple(call.scalars))
         return call
 
     def _substitute(self, args: tuple, kwargs: dict, call: _Arguments, traced: bool) -> tuple[tuple, dict]:
@@ -258,7 +284,9 @@ class JitFunction:
             if t is dict:
                 return {k: sub(a[k], False) for k in a}
             if t is np.ndarray:
-                return call.uploads[id(a)]
+                a = call.uploads[id(a)]
+            if type(a) is Tensor and call.aliases:
+                return call.aliases[next(k for k, u in enumerate(call.tensors) if u is a)]
             return a
 
         new_args = tuple(sub(a, i in self.static_nums) for i, a in enumerate(args))

@@ -30,7 +30,7 @@ import pyopencl.array as cla
 
 from .errors import TensorFailedError, after_failed_input
 from .handles import FAILED, PENDING, READY, Entry, Storage
-from .ir import TensorIr, contiguous_strides
+from .ir import TensorIr, contiguous_strides, outputs_of, tensor_inputs
 
 INPUT, SLOT, SCALAR, CONST, ARRAY, SEQ, EMPTY = range(7)
 KERNEL, CALL = 0, 1
@@ -57,6 +57,12 @@ class Tape:
             if e.storage.buffer is not None:
                 self.input_of.setdefault(id(e.storage.buffer), k)
         self._pin = pin
+        self.input_storages = {id(e.storage) for e in inputs}
+        # Tensors that existed before the call and share an input's buffer (the argument
+        # itself under another name, another view of it): what reads them reads a constant
+        # that a buffer's identity cannot tell from the input, so the call is not captured.
+        self.foreign: set[int] = set()
+        self.outside_writes: set[int] = set()  # storages other streams' blocks wrote meanwhile
         self.slot_of: dict[int, int] = {}  # id(buffer) -> slot, while the buffer is one
         self.slot_nbytes: list[int] = []
         self.keep: list = []  # every buffer and traced value seen: their ids stay theirs
@@ -68,6 +74,27 @@ class Tape:
         self.broken = ""  # why it cannot be replayed
 
     # -- what the client and the context tell it ----------------------------------------
+    def check_block(self, ops: list, entries: dict, ours: bool) -> None:
+        """Called before a block runs while this tape records (`ours`: the block is the
+        capturing stream's). The tape is void when its block reads a tensor in `foreign`,
+        or a value another stream's block wrote while the call was traced (work done for
+        the call on another thread, which a replay would see as a constant)."""
+        if not ours:
+            for op in ops:
+                for out in outputs_of(op):
+                    e = entries.get(out.id)
+                    if e is not None:
+                        self.outside_writes.add(id(e.storage))
+            return
+        for op in ops:
+            for tid in tensor_inputs(op):
+                if tid in self.foreign:
+                    self.broken = f"tensor {tid}, read in the call, shares a buffer with an argument"
+                elif self.outside_writes:
+                    e = entries.get(tid)
+                    if e is not None and id(e.storage) in self.outside_writes:
+                        self.broken = f"tensor {tid}, read in the call, was computed on another thread meanwhile"
+
     def traced_value(self, traced: Any, dtype: np.dtype) -> np.generic:
         """A new numpy value of traced scalar `traced` in `dtype`: a launch that passes
         this very object is replayed with the call's value in its place."""

@@ -306,6 +306,9 @@ class BlockContext:
             self.note = note
         self.live_values()
         self.in_flight = plan  # until the stream has dropped its ops (see the server's recover)
+        if self.tapes:
+            for other in self.tapes:
+                other.check_block(plan.ops, self.entries, other is tape)
         self.tape = tape
         try:
             plan.execute(self)

@@ -53,6 +53,7 @@ from .stream import Stream
 log = logging.getLogger("fusion_server")
 
 MODES = ("lazy", "eager")
+MAX_EARLY_DROPS = 100_000
 
 
 @dataclass
@@ -162,7 +163,12 @@ class FusionServer:
         self.running_ahead: dict[int, ReduceOp] = {}  # reductions run ahead of their stream's queue
         self.reductions: dict[tuple, int] = {}  # a reduction's signature -> the id of its latest result
         self.pinned: set[Storage] = self.ctx.pinned  # storages whose buffers resolved arrays and captures hold
-        self.unpin_inbox: deque[Storage] = deque()  # storages to unpin, pushed without the lock
+        self.unpin_inbox: deque[Storage] = deque()
+        # Ids whose handles died before their op reached the server (see drain_drops).
+        self.early_drops: set[int] = set()
+        # Per stream, the last output id registered: an op seen again (its caller was
+        # interrupted before it knew) is not registered twice, even once it has run.
+        self.registered_upto: dict[int, int] = {}  # storages to unpin, pushed without the lock
         self.tapes: dict[int, cap.Tape] = {}  # stream id -> its capture in progress (clients.jit)
         # Counts changes of what streams are made with: a capture made before one is void.
         self.generation = 0
@@ -226,14 +232,21 @@ class FusionServer:
         if s is None:
             s = self.streams[stream_id] = Stream(stream_id, self._make_fusers(), self._plan_store())
             s.tape = self.tapes.get(stream_id)
-            if getattr(self._thread_marks, "mark", None) is None:
-                self._thread_marks.mark = _ThreadEndMark(self.ended_streams, stream_id)
+            if stream_id == threading.get_ident():
+                self.mark_thread(stream_id)
         return s
+
+    def mark_thread(self, stream_id: int) -> None:
+        """Called on thread `stream_id` itself (safe without the lock): when the thread
+        ends, its stream is flushed (what it left queued runs, or is skipped if dead)."""
+        if getattr(self._thread_marks, "mark", None) is None:
+            self._thread_marks.mark = _ThreadEndMark(self.ended_streams, stream_id)
 
     def flush_ended_streams(self) -> None:
         """Run what threads that have ended left queued (their dead values are skipped)."""
         while self.ended_streams:
             self.flush_stream(self.ended_streams[0], "its thread ended")
+            self.registered_upto.pop(self.ended_streams[0], None)
             self.ended_streams.popleft()  # only once flushed (a flush may need a compile first)
 
     # What `reconfigure` may change: what streams are made with.
@@ -277,8 +290,11 @@ class FusionServer:
         else:
             outs = outputs_of(op)
             reads = [entries.get(t) or handles.get(t) for t in tensor_inputs(op)]
-        if outs[0].id in entries:
-            # Already queued (or run ahead): a compile interrupted it after that; carry on.
+        if outs[0].id in entries or outs[-1].id <= self.registered_upto.get(stream_id, -1):
+            # Already queued (or run ahead, or run and forgotten): a compile or an interrupt
+            # stopped the caller after that; carry on.
+            if self.early_drops:  # (an interrupt may have fallen before they were applied)
+                self._dropped_early([o for o in outs if o.id in entries])
             ahead = self.running_ahead.get(outs[0].id)
             if ahead is not None:
                 self._run_ahead(ahead)
@@ -298,12 +314,16 @@ class FusionServer:
                 self.flush_stream(st.stream, f"stream {stream_id} reads tensor {entry.ir.id}")
         for entry in reads:
             entry.readers += 1
+        # From here on the op counts as registered (ids grow in each thread's order).
+        self.registered_upto[stream_id] = outs[-1].id
         self.counters["ops_registered"] += 1
         for out in outs:  # a pending entry per output: the value a queued op will write
             nbytes = out.dtype.itemsize
             for d in out.shape:
                 nbytes *= d
             entries[out.id] = pending_entry(out, nbytes, stream_id)
+        if self.early_drops:
+            self._dropped_early(outs)
         stream = self.streams.get(stream_id) or self.stream(stream_id)
         if type(op) is ReduceOp and stream.queue and self.mode == "lazy" and size_of(op.out.shape) == 1 \
                 and all(e.storage.status == READY for e in reads):
@@ -338,7 +358,29 @@ class FusionServer:
             return False
         self.counters["ops_registered"] += 1
         self.handles.add(op.out, entry.storage)
+        self.registered_upto[stream_id] = op.out.id
+        if self.early_drops:
+            self._dropped_early((op.out,))
         return True
+
+    def _dropped_early(self, outs) -> None:
+        """Outputs whose handles died before their op was registered are dead on arrival."""
+        for out in outs:
+            if out.id in self.early_drops:
+                self.early_drops.discard(out.id)
+                self.handles.entries[out.id].alive = False
+
+    def fail_unregistered(self, op: OperationIr, error: BaseException) -> None:
+        """`op` could not be queued: its outputs exist, failed with `error`."""
+        err = TensorFailedError(f"{getattr(op, 'name', type(op).__name__)} could not be queued: {error!r}")
+        err.__cause__ = error
+        for out in outputs_of(op):
+            if out.id not in self.handles.entries:
+                storage = self.handles.new_storage(size_of(out.shape) * out.dtype.itemsize, FAILED)
+                storage.error = kept(err)
+                self.handles.add(out, storage)
+                if self.early_drops:
+                    self._dropped_early((out,))
 
     def drain_drops(self) -> None:
         """Forget the tensors whose handles were dropped (ids pushed by Tensor.__del__)."""
@@ -357,6 +399,12 @@ class FusionServer:
                 entry.alive = False
                 if not entry.readers:  # (most dropped values still have a queued reader)
                     release(entry)
+            elif entry is None and tid is not None:
+                # Its op is still in the client's inbox (or never came): applied when it does.
+                early = self.early_drops
+                if len(early) > MAX_EARLY_DROPS:
+                    early.clear()  # (ids of ops that never came, after interrupts: bounded)
+                early.add(tid)
             drops.popleft()  # only once applied (applying twice is harmless): none is lost
 
     def upload(self, ir: TensorIr, host: np.ndarray) -> None:
@@ -373,6 +421,9 @@ class FusionServer:
         self.counters["ops_registered"] += 1
         src = self.handles.get(op.source)
         self.handles.add(op.out, src.storage, op.strides, op.offset)
+        for tape in self.tapes.values():  # a view of a constant that shares an argument's buffer
+            if op.source in tape.foreign:
+                tape.foreign.add(op.out.id)
 
     def adopt(self, ir: TensorIr, buffer: cl.Buffer, nbytes: int, strides, offset: int) -> None:
         """A tensor over a buffer the caller owns (never returned to the pool)."""
@@ -536,6 +587,9 @@ class FusionServer:
         if any(e.storage.status == FAILED for e in ins):
             return None
         tape = cap.Tape(name, ins, self.generation, self.ctx.pin)
+        inputs = set(input_ids)
+        tape.foreign = {tid for tid, e in self.handles.entries.items()
+                        if id(e.storage) in tape.input_storages and tid not in inputs}
         for e in ins:  # (their buffers stay the inputs' while the trace runs, whatever it drops)
             self.ctx.pin(e.storage)
         self.tapes[stream_id] = tape
@@ -561,6 +615,8 @@ class FusionServer:
         for tid in out_ids:
             e = entries[tid]
             st = e.storage
+            if tid in tape.foreign:
+                tape.broken = tape.broken or f"it returns tensor {tid}, which shares a buffer with an argument"
             if st.status != READY:
                 tape.broken = tape.broken or f"output tensor {tid} failed"
                 break
@@ -578,16 +634,21 @@ class FusionServer:
             tape.broken = tape.broken or "the server's settings changed while tracing"
         if tape.broken:
             log.debug("clients.jit: %s not captured: %s", tape.name, tape.broken)
-            for st in tape.pinned:
-                self.unpin(st)
+            self._unpin_tape(tape)
             return None
         self.counters["jit_traces"] += 1
-        return cap.Capture(tape, outputs, self.runtime.programs.arg_types, self.drop_pins)
+        capture = cap.Capture(tape, outputs, self.runtime.programs.arg_types, self.drop_pins)
+        tape.pinned = []  # (the capture's now: unpinned when it is collected)
+        return capture
 
     def abort_capture(self, stream_id: int, tape: cap.Tape) -> None:
         """Stop recording (the traced function raised): what it queued runs as usual."""
         self._stop_capture(stream_id, tape)
-        for st in tape.pinned:
+        self._unpin_tape(tape)
+
+    def _unpin_tape(self, tape: cap.Tape) -> None:
+        pinned, tape.pinned = tape.pinned, []  # (once: abort may follow end)
+        for st in pinned:
             self.unpin(st)
 
     def _stop_capture(self, stream_id: int, tape: cap.Tape) -> None:

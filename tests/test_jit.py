@@ -143,7 +143,7 @@ def test_nested_structures_in_and_out():
         return {"out": out, "scale": 3, "first": batch[0]}
 
     rng = np.random.default_rng(0)
-    for k in range(2):
+    for _ in range(2):
         w, b = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
         x0, x1 = rng.standard_normal((2, 4)).astype(np.float32), rng.standard_normal(5).astype(np.float32)
         t0 = clients.asarray(x0)
@@ -176,7 +176,8 @@ def test_reading_inside_a_trace_raises_naming_the_function_and_the_read(read, wh
 
     f = clients.jit(reads)
     x = clients.asarray(rand(8))
-    with pytest.raises(clients.FusionError, match=rf"clients.jit: .*reads.* \(.*{what}.*test_jit.py:\d+\) while it is traced"):
+    where = rf"clients.jit: .*reads.* \(.*{what}.*test_jit.py:\d+\) while it is traced"
+    with pytest.raises(clients.FusionError, match=where):
         f(x)
     # The server is consistent: the lock is free, the work written so far runs, nothing leaks.
     np.testing.assert_allclose((x + 1.0).numpy(), rand(8) + 1, rtol=1e-6)
@@ -447,3 +448,68 @@ def test_decorator_forms_and_methods():
     m = Model()
     for _ in range(2):
         np.testing.assert_allclose(m.apply(clients.asarray(a)).numpy(), a * rand(4, seed=5), rtol=1e-6)
+
+
+# -- what a capture cannot see: found by attacking the first version ------------------------
+def test_a_global_that_is_also_the_argument_is_a_constant_not_the_argument():
+    g = clients.asarray(np.arange(4, dtype=np.float32))
+    f = clients.jit(lambda x: x + g)
+    np.testing.assert_array_equal(f(g).numpy(), np.arange(4) * 2)
+    np.testing.assert_array_equal(f(clients.asarray(np.full(4, 100, np.float32))).numpy(), 100 + np.arange(4))
+    h = clients.asarray(np.arange(8, dtype=np.float32))
+    k = clients.jit(lambda x: x * 2 + h[4:])  # a view of the argument's buffer, made from the global
+    np.testing.assert_array_equal(k(h[:4]).numpy(), np.arange(4) * 2 + np.arange(4, 8))
+    z = clients.asarray(np.full(8, 10, np.float32))
+    np.testing.assert_array_equal(k(z[:4]).numpy(), 20 + np.arange(4, 8))
+
+
+def test_an_error_after_the_function_returns_ends_the_trace(baseline):
+    f = clients.jit(lambda x: (x + 1.0, np.ones(2)))
+    with pytest.raises(TypeError, match="returned a numpy array"):
+        f(clients.asarray(rand(4)))
+    server = clients.client_for().server
+    assert not server.tapes and server.runtime.pool.watch is None
+    for k in range(3):
+        (clients.exp(clients.asarray(rand(100 + k))) * 2.0).numpy()
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
+
+
+def test_scalars_are_static_while_custom_fusers_may_decide_on_their_values():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    from custom_fuser import adds_one, run
+
+    from fusion_server.fusers import PatternFuser
+
+    template = PatternFuser("jit_softplus", ["exp", "add", "log"], run, accept=adds_one)
+    clients.custom.register_fuser(lambda ctx: template.fresh())
+    try:
+        f = clients.jit(lambda x, s: clients.log(clients.exp(x) + s))
+        a = np.array([-1.0, 0.0, 1.0, 2.0], np.float32)
+        for s in (1.0, 2.0, 1.0, 5.0):
+            np.testing.assert_allclose(f(clients.asarray(a), s).numpy(), np.log(np.exp(a) + s), rtol=1e-5)
+        assert counts_of(f) == 3  # one capture per value: the fuser's choice depends on it
+    finally:
+        clients.custom.unregister_fusers()
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_work_done_for_the_trace_on_another_thread_is_not_frozen_into_it():
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        f = clients.jit(lambda x: pool.submit(lambda: x * 2.0).result() + 1.0)
+        for v in (1.0, 5.0, 9.0):
+            np.testing.assert_array_equal(f(clients.asarray(np.full(3, v, np.float32))).numpy(), [2 * v + 1] * 3)
+
+
+def test_the_same_tensor_twice_and_two_tensors_are_two_captures():
+    f = clients.jit(lambda x, y: x * 2.0 + y)
+    a, b = clients.asarray(rand(5, seed=1)), clients.asarray(rand(5, seed=2))
+    for _ in range(3):
+        np.testing.assert_allclose(f(a, b).numpy(), rand(5, seed=1) * 2 + rand(5, seed=2), rtol=1e-6)
+        np.testing.assert_allclose(f(a, a).numpy(), rand(5, seed=1) * 3, rtol=1e-6)
+    assert counts_of(f) == 2

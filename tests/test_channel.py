@@ -1,0 +1,198 @@
+"""The channel from threads to the server: ops recorded into the inbox without the lock,
+registered in the order they were made by the next locked section of any thread.
+
+What the inbox must keep: an op's inputs alive until it is registered, another thread's
+view of a value still in the inbox, outputs whose handles die before registration, ops
+a thread leaves behind when it ends, failures that stay with their op, interrupts.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+import clients
+import clients.client as cc
+from fusion_server.ir import ElementwiseOp, TensorIr
+from tests.conftest import rand, settle
+
+TIMEOUT = 60
+
+
+@pytest.fixture(params=cc.CHANNELS)
+def channel(request, client):
+    before = client.channel
+    client.channel = request.param
+    yield request.param
+    client.channel = before
+
+
+def queued(client) -> int:
+    """Ops the calling thread has recorded and not yet registered."""
+    return len(client.queues.get(threading.get_ident(), ()))
+
+
+def test_recording_stays_off_the_lock_until_a_batch(client, monkeypatch):
+    monkeypatch.setattr(client, "channel", "inbox")
+    settle()
+    x = clients.asarray(rand(64))
+    before = clients.stats()["ops_registered"]
+    y = x
+    for _ in range(cc.INBOX_BATCH - 2):
+        y = y * 1.0001
+    assert queued(client) == cc.INBOX_BATCH - 2  # recorded, not yet registered
+    assert client.server.handles.entries.get(y._id) is None
+    np.testing.assert_allclose(y.numpy(), rand(64) * np.float32(1.0001) ** (cc.INBOX_BATCH - 2), rtol=1e-4)
+    assert queued(client) == 0
+    assert clients.stats()["ops_registered"] - before == cc.INBOX_BATCH - 2
+
+
+def test_an_input_dropped_before_its_reader_is_registered_stays_alive(channel, baseline):
+    a = rand(100)
+    x = clients.asarray(a)
+    y = clients.exp(x) * 2.0
+    del x  # only the recorded op still holds x
+    gc.collect()
+    np.testing.assert_allclose(y.numpy(), np.exp(a) * 2, rtol=1e-5)
+    del y
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
+
+
+def test_outputs_dropped_before_registration_are_never_written(channel, baseline):
+    x = clients.asarray(rand(1 << 14))
+    settle()
+    before = clients.stats()
+    for _ in range(10):
+        x * 2.0 + 1.0  # dropped at once, while still in the inbox
+    gc.collect()
+    keep = x * 3.0
+    keep.numpy()
+    after = clients.stats()
+    assert after["buffers_live"] - before["buffers_live"] == 1  # `keep` alone
+    del keep, x
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_another_thread_uses_a_value_still_in_the_inbox(channel):
+    a = rand(50)
+    x = clients.asarray(a)
+    made = threading.Event()
+    box: dict = {}
+
+    def producer():
+        box["y"] = clients.sin(x) + 1.0  # recorded by this thread, not registered
+        box["queued"] = queued(clients.client_for())
+        made.set()
+
+    t = threading.Thread(target=producer)
+    t.start()
+    made.wait(TIMEOUT)
+    t.join(TIMEOUT)
+    if channel == "inbox":
+        assert box["queued"] >= 2
+    z = box["y"] * 3.0  # this thread's op reads the other's value: registered after it
+    np.testing.assert_allclose(z.numpy(), (np.sin(a) + 1) * 3, rtol=1e-5)
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_ops_a_thread_leaves_in_the_inbox_run_after_it_ends(channel, baseline):
+    box: dict = {}
+
+    def worker():
+        t = clients.asarray(rand(300, seed=3))
+        for _ in range(5):
+            t = clients.tanh(t) * 0.5
+        box["t"] = t
+
+    th = threading.Thread(target=worker)
+    th.start()
+    th.join(TIMEOUT)
+    want = rand(300, seed=3)
+    for _ in range(5):
+        want = np.tanh(want) * np.float32(0.5)
+    np.testing.assert_allclose(box.pop("t").numpy(), want, rtol=1e-5)
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
+    assert clients.stats()["pending_ops"] == 0
+
+
+def test_an_op_the_server_refuses_fails_its_own_outputs_only(client, monkeypatch):
+    monkeypatch.setattr(client, "channel", "inbox")
+    x = clients.asarray(rand(8))
+    ok = x * 2.0
+    bogus_out = TensorIr(10**15, (8,), np.dtype(np.float32))
+    bad = clients.Tensor._make(client, bogus_out.id, (8,), np.dtype(np.float32))
+    # An op that reads a tensor the server never heard of (a bug this test stands in for).
+    client.record(ElementwiseOp("exp", (10**15 + 1,), np.dtype(np.float32), bogus_out))
+    after = ok + 1.0
+    np.testing.assert_allclose(after.numpy(), rand(8) * 2 + 1, rtol=1e-6)
+    with pytest.raises(clients.TensorFailedError, match="could not be queued"):
+        bad.numpy()
+
+
+def test_an_interrupt_while_registering_the_inbox_resumes_it(client, monkeypatch):
+    monkeypatch.setattr(client, "channel", "inbox")
+    a = rand(40)
+    x = clients.asarray(a)
+    y = clients.exp(x) * 2.0
+    z = y + 1.0
+    server = client.server
+    real = type(server).register
+    calls = {"n": 0}
+
+    def interrupted(self, stream_id, op):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(self, stream_id, op)
+
+    monkeypatch.setattr(type(server), "register", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        clients.flush()
+    monkeypatch.setattr(type(server), "register", real)
+    assert not client.holds_lock()
+    # The op the interrupt hit and the ones after it are registered by the next locked section.
+    np.testing.assert_allclose(z.numpy(), np.exp(a) * 2 + 1, rtol=1e-5)
+    np.testing.assert_allclose(y.numpy(), np.exp(a) * 2, rtol=1e-5)
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_eight_threads_recording_at_once_get_right_values(channel):
+    barrier = threading.Barrier(8, timeout=TIMEOUT)
+    errors: list = []
+
+    def work(seed):
+        try:
+            a = rand(256, seed=seed)
+            t = clients.asarray(a)
+            barrier.wait()
+            want = a
+            for _ in range(300):
+                t = t * 1.001 + 0.01 * seed
+                want = want * np.float32(1.001) + np.float32(0.01 * seed)
+            if not np.allclose(t.numpy(), want, rtol=1e-4, atol=1e-4):
+                errors.append(f"thread {seed}")
+        except BaseException as exc:  # reported below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(TIMEOUT)
+    assert not any(th.is_alive() for th in threads)
+    assert not errors, errors
+
+
+def test_a_bad_channel_setting_raises(monkeypatch):
+    monkeypatch.setenv("FUSION_CHANNEL", "pigeon")
+    from clients.client import FusionClient
+
+    with pytest.raises(clients.FusionError, match="FUSION_CHANNEL='pigeon'"):
+        FusionClient(clients.client_for().server)
