@@ -114,17 +114,39 @@ def call_overhead(samples: int) -> dict:
     ks = np.array([r["kernels"] for r in rows.values()], float)
     us = np.array([r["cpu_us"] for r in rows.values()])
     per_kernel, fixed = np.polyfit(ks, us, 1)
-    return {"calls": rows, "fixed_us": float(fixed), "per_kernel_us": float(per_kernel)}
+    return {"calls": rows, "fixed_us": float(fixed), "per_kernel_us": float(per_kernel),
+            "driver_launch_us": launch_cost(samples)}
 
 
-def _torch_chain(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[Callable[[], Any] | None, str]:
+def _torch_chains(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> tuple[dict[str, Callable[[], Any]], str]:
+    """PyTorch eager on the CPU, and on CUDA where it has a GPU (build + read each)."""
     try:
         import torch
     except ImportError:
-        return None, "PyTorch is not installed"
+        return {}, "PyTorch is not installed"
     torch.set_num_threads(1)  # the chain is 1024 elements: threads only add overhead
     ta, tb, tc = (torch.from_numpy(v) for v in (a, b, c))
-    return (lambda: chain(ta, tb, tc, torch).numpy()), f"PyTorch {torch.__version__} eager on the CPU"
+    out = {"torch": lambda: chain(ta, tb, tc, torch).numpy()}
+    note = f"PyTorch {torch.__version__} eager on the CPU"
+    if torch.cuda.is_available():
+        ga, gb, gc_ = (t.cuda() for t in (ta, tb, tc))
+        out["torch-cuda"] = lambda: chain(ga, gb, gc_, torch).cpu().numpy()
+        note += f" and on {torch.cuda.get_device_name()}"
+    return out, note
+
+
+def launch_cost(samples: int) -> float:
+    """CPU us of the driver's enqueue of a tiny kernel whose arguments are already set:
+    what any launch costs on this device, the floor of a replay's cost per kernel."""
+    import pyopencl as cl
+
+    queue = clients.client_for().server.runtime.queue
+    program = cl.Program(queue.context, "__kernel void nothing(__global float* x) { x[get_global_id(0)] = 0.0f; }")
+    kernel = cl.Kernel(program.build(), "nothing")
+    buf = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 4 * 1024)
+    kernel.set_arg(0, buf)
+    cpu, _ = _cpu_per_call(lambda: cl.enqueue_nd_range_kernel(queue, kernel, (1024,), None), CALLS, samples)
+    return common.us(cpu)
 
 
 def small_chain(rounds: int) -> dict:
@@ -144,14 +166,14 @@ def small_chain(rounds: int) -> dict:
         "pyopencl.array": lambda: chain(ga, gb, gc_, clmath).get(),
         "numpy": lambda: chain(a, b, c, np),
     }
-    torch_run, torch_note = _torch_chain(a, b, c)
-    if torch_run is not None:
-        check("16-op chain, torch", torch_run(), want)
-        variants["torch"] = torch_run
+    torch_runs, torch_note = _torch_chains(a, b, c)
+    for name, torch_run in torch_runs.items():
+        check(f"16-op chain, {name}", torch_run(), want)
+        variants[name] = torch_run
     timings = common.time_rounds(variants, rounds, warmup=3)
     out: dict = {"elements": SMALL, "variants": {k: t.to_dict() for k, t in timings.items()}, "torch": torch_note}
     for name in ("jit", "lazy"):
-        for peer in ("pyopencl.array", "numpy", "torch"):
+        for peer in ("pyopencl.array", "numpy", "torch", "torch-cuda"):
             if peer in timings:
                 out[f"{name}_over_{peer}"] = common.ratio(timings[name], timings[peer])
     return out
@@ -209,12 +231,14 @@ def summary_rows(result: dict) -> list[list[Any]]:
         ["200-op graph, lazy: host CPU us per op", g["lazy_cpu_us_per_op"], "us"],
         ["jit call: fixed CPU us", o["fixed_us"], "us"],
         ["jit call: CPU us per kernel", o["per_kernel_us"], "us"],
+        ["the driver's enqueue of a tiny kernel: CPU us", o["driver_launch_us"], "us"],
     ]
     for r in o["calls"].values():
         rows.append([f"jit call of {r['kernels']} kernels: CPU us (wall us {r['wall_us']:.1f})", r["cpu_us"], "us"])
     for name, v in s["variants"].items():
         rows.append([f"16-op chain x{s['elements']}, {name}", common.us(v["median_s"]), "us"])
-    for key in ("jit_over_pyopencl.array", "lazy_over_pyopencl.array", "jit_over_torch", "jit_over_numpy"):
+    for key in ("jit_over_pyopencl.array", "lazy_over_pyopencl.array", "jit_over_torch", "jit_over_torch-cuda",
+                "jit_over_numpy"):
         if key in s:
             rows.append([f"16-op chain x{s['elements']}: {key.replace('_over_', ' / ')} (time)",
                          s[key]["of_medians"], "x"])
