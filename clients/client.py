@@ -93,7 +93,7 @@ class FusionClient:
         channel = os.environ.get("FUSION_CHANNEL", "").strip() or CHANNELS[0]
         if channel not in CHANNELS:
             raise FusionError(f"FUSION_CHANNEL={channel!r}: expected one of {CHANNELS}")
-        self.channel = channel
+        self.channel = channel  # (sets `record`: see the property)
         self._thread = threading.local()  # set once a thread has recorded here
         self._forked = False
         self._closed = False
@@ -267,8 +267,21 @@ class FusionClient:
         if queue:
             queue.append((next(self._sequence), None, (handle,)))
 
+    @property
+    def channel(self) -> str:
+        """"lock" or "inbox": how `record` queues ops (see `_record_in_queue`)."""
+        return self._channel
+
+    @channel.setter
+    def channel(self, value: str) -> None:
+        if value not in CHANNELS:
+            raise ValueError(f"channel must be one of {CHANNELS}, not {value!r}")
+        self._channel = value
+        # The hot path takes no detour: on the lock channel `record` is `register` itself.
+        self.record = self.register if value == "lock" else self._record_in_queue
+
     # -- the operations -----------------------------------------------------------------
-    def record(self, op: OperationIr, *reads: Any) -> None:
+    def _record_in_queue(self, op: OperationIr, *reads: Any) -> None:
         """Queue `op`, whose input handles are `reads`: the hot path of every element-wise
         op, reduction and matmul. On the inbox channel the op joins this thread's queue
         without the lock (the handles ride along, so no input dies before the op is counted
@@ -276,9 +289,6 @@ class FusionClient:
         while another thread holds it (its next locked section registers them). Every
         locked section of the thread registers its queue first. The lock channel registers
         each op at once, as `register` does."""
-        if self.channel != "inbox":
-            self.register(op)
-            return
         me = _get_ident()
         if self._owner == me or self._forked or self._closed:
             self._check(me)
@@ -291,9 +301,10 @@ class FusionClient:
         if n >= INBOX_BATCH and (n >= INBOX_MAX or not self._lock.locked()):
             self.call(_nothing)  # (a thread that loses the race for the lock waits here, once)
 
-    def register(self, op: OperationIr) -> None:
-        """Queue `op`. Its output handles exist before this is called, so that an
-        interrupt anywhere from here on drops them (a half-registered op is then
+    def register(self, op: OperationIr, *reads: Any) -> None:
+        """Queue `op` now, in a locked section (`reads`, its input handles, are not needed:
+        they are alive until this returns). Its output handles exist before this is called,
+        so that an interrupt anywhere from here on drops them (a half-registered op is then
         released instead of kept forever)."""
         me = _get_ident()  # the hot path of the lock channel: `call`, spelled out
         if self._owner == me or self._forked or self._closed:
@@ -301,9 +312,10 @@ class FusionClient:
         with self._lock:
             self._owner = me
             try:
-                queue = self.queues.get(me)
-                if queue:
-                    self._register_queue(me, queue)
+                if self.queues:
+                    queue = self.queues.get(me)
+                    if queue:
+                        self._register_queue(me, queue)
                 server = self.server
                 # Drops wait for the next block (or any other call): draining them here
                 # would cost every op a call, and only blocks look at what is alive.
