@@ -18,6 +18,7 @@ from . import (
     composites,
     elementwise_chain,
     host_cost,
+    jit,
     matmul,
     plot,
     recurring,
@@ -60,6 +61,15 @@ TARGETS = [
     ("8 threads registering: ops/s", ("recurring", "threads", "8", "ops_per_s"), ">=", None),
     ("sort of 2^20 in 1024 rows: numpy / device (speed)", ("sorting", "cases", "1024 rows", "device_vs_numpy"),
      ">=", None),
+    ("8 threads registering: ops/s vs 1 thread", ("recurring", "threads", "8_over_1"), ">=", 1.0),
+    ("jit: 200-op graph, host us per op", ("jit", "graph", "jit_cpu_us_per_op"), "<=", 0.5),
+    ("jit: call, fixed CPU us", ("jit", "call_overhead", "fixed_us"), "<=", 15.0),
+    ("jit: call, CPU us per kernel", ("jit", "call_overhead", "per_kernel_us"), "<=", 2.0),
+    ("jit: driver's enqueue of a tiny kernel, CPU us", ("jit", "call_overhead", "driver_launch_us"), "<=", None),
+    ("16-op chain x1024: jit / pyopencl.array (time)", ("jit", "small_chain", "jit_over_pyopencl.array"), "<=", 0.15),
+    ("16-op chain x1024: jit / torch CPU (time)", ("jit", "small_chain", "jit_over_torch"), "<=", 1.0),
+    ("16-op chain x1024: jit / torch CUDA (time)", ("jit", "small_chain", "jit_over_torch-cuda"), "<=", 1.0),
+    ("16-op chain: jit vs hand-written (wall)", ("jit", "large_chain", "jit_vs_hand_written"), ">=", 0.9),
 ]
 
 
@@ -144,6 +154,7 @@ def main(argv: list[str] | None = None) -> dict:
     results["vectorization"] = _attempt("vectorization", vectorization, args.size, args.repeat)
     results["recurring"] = _attempt("recurring", recurring, args.size, max(1, args.repeat // 3))
     results["sorting"] = _attempt("sorting", sorting, args.size, args.repeat)
+    results["jit"] = _attempt("jit", jit, args.size, max(5, args.repeat // 2))
     results["seconds"] = time.perf_counter() - start
     results["load_average_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     results["summary"] = [dict(zip(("measure", "value", "target", "met"), r)) for r in summary(results)]
