@@ -91,6 +91,14 @@ def _binary(op: Callable, symbol: str, swapped: bool = False):
     return method
 
 
+def _unary(op: Callable, form: str):
+    def method(self: TracedScalar):
+        fn = self.fn
+        return TracedScalar(op(self.value), lambda v: op(fn(v)), form.format(self.name))
+
+    return method
+
+
 class TracedScalar:
     """A Python scalar argument of a traced function (see the module docstring).
 
@@ -162,16 +170,11 @@ class TracedScalar:
     __pow__ = _binary(operator.pow, "**")
     __rpow__ = _binary(operator.pow, "**", True)
 
-    def __neg__(self):
-        fn = self.fn
-        return TracedScalar(-self.value, lambda v: -fn(v), f"(-{self.name})")
+    __neg__ = _unary(operator.neg, "(-{})")
+    __abs__ = _unary(abs, "abs({})")
 
     def __pos__(self):
         return self
-
-    def __abs__(self):
-        fn = self.fn
-        return TracedScalar(abs(self.value), lambda v: abs(fn(v)), f"abs({self.name})")
 
 
 def argument(value: bool | int | float, number: int, name: str) -> TracedScalar:

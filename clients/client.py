@@ -94,7 +94,6 @@ class FusionClient:
         if channel not in CHANNELS:
             raise FusionError(f"FUSION_CHANNEL={channel!r}: expected one of {CHANNELS}")
         self.channel = channel  # (sets `record`: see the property)
-        self._thread = threading.local()  # set once a thread has recorded here
         self._forked = False
         self._closed = False
         waits.guards.append(self._check_not_holding)

@@ -153,16 +153,14 @@ class JitFunction:
         """The kernel arguments of this call's traced scalars, in the dtypes the trace
         used; None when one cannot take this call's value as the trace's did."""
         values = call.scalars
-        out = []
         try:
-            for traced, dtype in captured.capture.scalars:
-                out.append(dtype.type(traced.fn(values)))
+            python = [traced.fn(values) for traced, _ in captured.capture.scalars]
             for s, cls in captured.derived:
-                if _traced.scalar_class(captured.capture.scalars[s][0].fn(values)) != cls:
+                if _traced.scalar_class(python[s]) != cls:
                     return None
+            return [dtype.type(v) for v, (_, dtype) in zip(python, captured.capture.scalars)]
         except (OverflowError, ZeroDivisionError, ValueError, TypeError):
             return None
-        return out
 
     def _replay(self, captured: _Captured, call: _Arguments, scalars: list) -> Any:
         """The result of replaying `captured`; _RETRACE when the call must be traced instead."""

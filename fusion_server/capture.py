@@ -227,9 +227,7 @@ def aliasing_of(storages: list[Storage]) -> tuple[int, ...]:
 def materialize(src: tuple, buffers: list, scalars: list, queue: cl.CommandQueue) -> Any:
     """The value of a recorded argument in this call."""
     kind = src[0]
-    if kind == INPUT:
-        return buffers[src[1]]
-    if kind == SLOT:
+    if kind == INPUT or kind == SLOT:  # (slots numbered after the inputs: see _call_sources)
         return buffers[src[1]]
     if kind == SCALAR:
         return scalars[src[1]]
@@ -331,12 +329,11 @@ def replay(ctx, capture: Capture, ins: list[Entry], scalars: list, out_irs: list
         err = TensorFailedError(f"clients.jit call of {capture.name} failed: {exc!r}")
         err.__cause__ = exc if isinstance(exc, Exception) else None
         ctx.fail(written, err)
-        for j in capture.scratch:
-            pool.free(buffers[n_inputs + j], nbytes[j])
         if not isinstance(exc, Exception):
             raise
-        return
-    ctx.counters["kernels_launched"] += capture.launches
-    ctx.mark_ready(written)
-    for j in capture.scratch:  # (the in-order queue runs this call's kernels before any later user)
-        pool.free(buffers[n_inputs + j], nbytes[j])
+    else:
+        ctx.counters["kernels_launched"] += capture.launches
+        ctx.mark_ready(written)
+    finally:  # (the in-order queue runs this call's kernels before any later user of these)
+        for j in capture.scratch:
+            pool.free(buffers[n_inputs + j], nbytes[j])

@@ -163,12 +163,12 @@ class FusionServer:
         self.running_ahead: dict[int, ReduceOp] = {}  # reductions run ahead of their stream's queue
         self.reductions: dict[tuple, int] = {}  # a reduction's signature -> the id of its latest result
         self.pinned: set[Storage] = self.ctx.pinned  # storages whose buffers resolved arrays and captures hold
-        self.unpin_inbox: deque[Storage] = deque()
+        self.unpin_inbox: deque[Storage] = deque()  # storages to unpin, pushed without the lock
         # Ids whose handles died before their op reached the server (see drain_drops).
         self.early_drops: set[int] = set()
         # Per stream, the last output id registered: an op seen again (its caller was
         # interrupted before it knew) is not registered twice, even once it has run.
-        self.registered_upto: dict[int, int] = {}  # storages to unpin, pushed without the lock
+        self.registered_upto: dict[int, int] = {}
         self.tapes: dict[int, cap.Tape] = {}  # stream id -> its capture in progress (clients.jit)
         # Counts changes of what streams are made with: a capture made before one is void.
         self.generation = 0
@@ -580,9 +580,7 @@ class FusionServer:
         only the call's ops) and the inputs are written. None when an input failed: that
         call is not captured. May stop for a kernel build and be called again."""
         ins = [self.handles.get(t) for t in input_ids]
-        for e in ins:
-            if e.storage.status == PENDING:
-                self.flush_stream(e.storage.stream, f"a clients.jit trace of {name} reads it")
+        self._run_writers(ins, f"a clients.jit trace of {name} reads it")
         self.flush_stream(stream_id, f"a clients.jit trace of {name} begins")
         if any(e.storage.status == FAILED for e in ins):
             return None
@@ -606,10 +604,8 @@ class FusionServer:
         if self.tapes.get(stream_id) is tape:
             self.flush_stream(stream_id, f"a clients.jit trace of {tape.name} ends")
         entries = self.handles.entries
-        for tid in out_ids:  # (a value another stream computes, returned as it is)
-            st = self.handles.get(tid).storage
-            if st.status == PENDING:
-                self.flush_stream(st.stream, f"a clients.jit trace of {tape.name} returns it")
+        # (a value another stream computes, returned as it is)
+        self._run_writers([self.handles.get(tid) for tid in out_ids], f"a clients.jit trace of {tape.name} returns it")
         self._stop_capture(stream_id, tape)
         outputs = []
         for tid in out_ids:
@@ -670,9 +666,7 @@ class FusionServer:
             return False
         entries = self.handles.entries
         ins = [entries.get(t) or self.handles.get(t) for t in input_ids]
-        for e in ins:
-            if e.storage.status == PENDING:
-                self.flush_stream(e.storage.stream, f"a clients.jit call of {capture.name} reads it")
+        self._run_writers(ins, f"a clients.jit call of {capture.name} reads it")
         if len(ins) == 1:
             if ins[0].storage.nbytes != capture.sizes[0]:
                 return False
@@ -684,6 +678,12 @@ class FusionServer:
         self.counters["jit_replays"] += 1
         cap.replay(self.ctx, capture, ins, scalars, out_irs)
         return True
+
+    def _run_writers(self, entries: list, why: str) -> None:
+        """Run the queues whose ops write any of `entries` (pending values), in order."""
+        for e in entries:
+            if e.storage.status == PENDING:
+                self.flush_stream(e.storage.stream, why)
 
     def drop_pins(self, storages: list[Storage]) -> None:
         """Unpin `storages` at the next locked section (called without the lock, by a
