@@ -6,6 +6,7 @@ import gc
 import os
 import subprocess
 import sys
+import threading
 from contextlib import contextmanager
 
 import numpy as np
@@ -148,3 +149,25 @@ def via(request):
     if request.param == "lazy":
         return lambda fn: fn
     return lambda fn: lambda *args, **kwargs: jitted_replay(fn, *args, **kwargs)
+
+
+def run_threads(work, n: int, timeout: float) -> list[str]:
+    """`work(i)` on n threads at once (they start together, at a barrier); returns what
+    went wrong: the messages `work` returns, and whatever it raised. Asserts none hangs."""
+    barrier = threading.Barrier(n, timeout=timeout)
+    errors: list[str] = []
+
+    def target(i: int) -> None:
+        try:
+            barrier.wait()
+            errors.extend(work(i) or ())
+        except BaseException as exc:  # reported by the caller
+            errors.append(f"thread {i}: {exc!r}")
+
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout)
+    assert not any(th.is_alive() for th in threads), "a thread hangs"
+    return errors

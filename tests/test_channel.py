@@ -17,7 +17,7 @@ import pytest
 import clients
 import clients.client as cc
 from fusion_server.ir import ElementwiseOp, TensorIr
-from tests.conftest import rand, settle
+from tests.conftest import rand, run_threads, settle
 
 TIMEOUT = 60
 
@@ -164,29 +164,16 @@ def test_an_interrupt_while_registering_the_inbox_resumes_it(client, monkeypatch
 
 @pytest.mark.timeout(TIMEOUT)
 def test_eight_threads_recording_at_once_get_right_values(channel):
-    barrier = threading.Barrier(8, timeout=TIMEOUT)
-    errors: list = []
-
     def work(seed):
-        try:
-            a = rand(256, seed=seed)
-            t = clients.asarray(a)
-            barrier.wait()
-            want = a
-            for _ in range(300):
-                t = t * 1.001 + 0.01 * seed
-                want = want * np.float32(1.001) + np.float32(0.01 * seed)
-            if not np.allclose(t.numpy(), want, rtol=1e-4, atol=1e-4):
-                errors.append(f"thread {seed}")
-        except BaseException as exc:  # reported below
-            errors.append(repr(exc))
+        a = rand(256, seed=seed)
+        t = clients.asarray(a)
+        want = a
+        for _ in range(300):
+            t = t * 1.001 + 0.01 * seed
+            want = want * np.float32(1.001) + np.float32(0.01 * seed)
+        return [] if np.allclose(t.numpy(), want, rtol=1e-4, atol=1e-4) else [f"thread {seed}"]
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(TIMEOUT)
-    assert not any(th.is_alive() for th in threads)
+    errors = run_threads(work, 8, TIMEOUT)
     assert not errors, errors
 
 

@@ -8,14 +8,13 @@ errors raised inside a trace, threads, failures during replays, lifetimes.
 from __future__ import annotations
 
 import gc
-import threading
 
 import numpy as np
 import pyopencl as cl
 import pytest
 
 import clients
-from tests.conftest import rand, settle
+from tests.conftest import rand, run_threads, settle
 
 TIMEOUT = 60
 
@@ -385,28 +384,19 @@ def test_sixteen_threads_call_one_jitted_function():
 
     x0 = clients.asarray(rand((3, 100), seed=99))
     f(x0, 0.5)  # traced once; the threads replay
-    barrier = threading.Barrier(16, timeout=30)
-    errors: list = []
 
     def work(seed):
-        try:
-            barrier.wait()
-            for k in range(20):
-                a = rand((3, 100), seed=seed * 100 + k)
-                s = 0.01 * (seed + 1) * (k + 1)
-                got = f(clients.asarray(a), s).numpy()
-                want = (np.tanh(a * np.float32(s)) + a).astype(np.float64).sum(-1) - np.float32(s)
-                if not np.allclose(got, want, rtol=1e-4, atol=1e-4):
-                    errors.append(f"thread {seed}, call {k}: {got} != {want}")
-        except BaseException as exc:  # reported below
-            errors.append(repr(exc))
+        wrong = []
+        for k in range(20):
+            a = rand((3, 100), seed=seed * 100 + k)
+            s = 0.01 * (seed + 1) * (k + 1)
+            got = f(clients.asarray(a), s).numpy()
+            want = (np.tanh(a * np.float32(s)) + a).astype(np.float64).sum(-1) - np.float32(s)
+            if not np.allclose(got, want, rtol=1e-4, atol=1e-4):
+                wrong.append(f"thread {seed}, call {k}: {got} != {want}")
+        return wrong
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(TIMEOUT)
-    assert not any(t.is_alive() for t in threads)
+    errors = run_threads(work, 16, TIMEOUT)
     assert not errors, errors[:3]
     assert counts_of(f) == 1
 
