@@ -9,6 +9,7 @@ import pytest
 import clients
 from fusion_server.errors import DeviceError
 from fusion_server.runtime import device as device_mod
+from tests.conftest import run_python
 
 
 def fake(index, platform, name, kind):
@@ -69,3 +70,27 @@ def test_one_server_per_device():
     assert clients.client_for(x.device) is clients.client_for()
     assert clients.client_for(x.device.index) is x._client
     assert x.device == clients.default_device()
+
+
+_EXIT_PROBE = """
+import atexit, sys
+seen = {}
+def after_the_library():  # registered first, so it runs after the library's exit hooks
+    print("extra references at exit:", sys.getrefcount(seen["context"]) - seen["before"])
+atexit.register(after_the_library)
+import clients
+x = clients.asarray([1.0, 2.0, 3.0])
+jitted = clients.jit(lambda t: clients.sum(t * 2 + 1))
+assert float(jitted(x)) == 15.0 and float(jitted(x)) == 15.0
+seen["context"] = clients.client_for().server.runtime.context
+seen["before"] = sys.getrefcount(seen["context"])
+"""
+
+
+def test_the_device_context_outlives_the_interpreter_so_a_driver_cannot_abort_at_exit():
+    """PoCL 3.0 aborts the process when its last context goes while it still counts an
+    LLVM module (a run whose tests all passed exited 134): at exit the library keeps
+    each live context, and the process exits 0."""
+    done = run_python(_EXIT_PROBE)
+    assert done.returncode == 0, done.stderr
+    assert "extra references at exit: 1" in done.stdout, (done.stdout, done.stderr)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import os
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -12,6 +15,24 @@ from .device import DeviceInfo
 from .pool import BufferPool
 from .programs import ProgramCache
 
+_live: weakref.WeakSet[DeviceRuntime] = weakref.WeakSet()
+
+
+def _keep_contexts_past_exit() -> None:
+    """Keep every live device context until the process is gone.
+
+    PoCL 3.0 aborts the process (SIGABRT, "still have references to IRs") when its last
+    context is released while its compiler still counts an LLVM module that one of its
+    error paths forgot to uncount; at interpreter exit, where Python frees objects in any
+    order, that turned a passing run into exit status 134. Releasing a context at exit
+    frees nothing the operating system does not free anyway, so the live ones get one
+    reference Python never gives back."""
+    for runtime in list(_live):
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(runtime.context))
+
+
+atexit.register(_keep_contexts_past_exit)
+
 
 class DeviceRuntime:
     """Context, one in-order command queue (invariant 5), buffer pool, program cache."""
@@ -19,6 +40,7 @@ class DeviceRuntime:
     def __init__(self, info: DeviceInfo, dump_dir: str | None = None):
         self.info = info
         self.context = cl.Context([info.device])
+        _live.add(self)
         # FUSION_PROFILE=1: device timestamps on every command (inspect() shows kernel times).
         self.profiling = os.environ.get("FUSION_PROFILE", "").strip() not in ("", "0")
         props = cl.command_queue_properties.PROFILING_ENABLE if self.profiling else 0
