@@ -13,11 +13,21 @@ import numpy as np
 import pytest
 
 import clients
+from clients.client import CHANNELS
 
 
 @pytest.fixture
 def client():
     return clients.client_for()
+
+
+@pytest.fixture(params=CHANNELS)
+def channel(request, client):
+    """Each channel in turn (see FusionClient.record), the default one restored after."""
+    before = client.channel
+    client.channel = request.param
+    yield request.param
+    client.channel = before
 
 
 @pytest.fixture

@@ -22,14 +22,6 @@ from tests.conftest import rand, run_threads, settle
 TIMEOUT = 60
 
 
-@pytest.fixture(params=cc.CHANNELS)
-def channel(request, client):
-    before = client.channel
-    client.channel = request.param
-    yield request.param
-    client.channel = before
-
-
 def queued(client) -> int:
     """Ops the calling thread has recorded and not yet registered."""
     return len(client.queues.get(threading.get_ident(), ()))
