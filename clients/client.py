@@ -68,7 +68,7 @@ MAX_PENDING_DROPS = 256  # registering drains dropped ids only past this many
 # it holds this many ops and the lock is free, and waits for the lock past INBOX_MAX.
 INBOX_BATCH = 64
 INBOX_MAX = 4096
-CHANNELS = ("lock", "inbox")  # the first is the default (see docs/architecture.md, "The channel")
+CHANNELS = ("inbox", "lock")  # the first is the default (see docs/architecture.md, "The channel")
 
 
 def _nothing(server: FusionServer) -> None:
