@@ -31,7 +31,7 @@ import numpy as np
 
 from fusion_server.compiling import NeedsCompile
 from fusion_server.errors import DroppedTensorError, FusionError, ReentrancyError
-from fusion_server.ir import OperationIr, TensorIr, ViewOp
+from fusion_server.ir import OperationIr, TensorIr, ViewOp, outputs_of
 from fusion_server.runtime import waits
 from fusion_server.server import MODES, FusionServer, Recorder
 
@@ -197,15 +197,16 @@ class FusionClient:
                         self._register_queue(me, queue)
                     if self.drops or self.server.ended_streams or self.unpins:
                         self._drain()
-                    try:
-                        return fn(self.server, *args)
-                    except DroppedTensorError:
-                        # A tensor another thread recorded and has not registered yet:
-                        # register every queue, in order, and run again (the server's entry
-                        # points look their tensors up before they change anything).
-                        if not self._register_all():
-                            raise
-                        return fn(self.server, *args)
+                    while True:
+                        try:
+                            return fn(self.server, *args)
+                        except DroppedTensorError as exc:
+                            # A tensor another thread recorded and has not registered yet:
+                            # register the queues up to its op, in order, and run again (the
+                            # server's entry points look their tensors up before they change
+                            # anything).
+                            if not self._register_writer_of(exc.tid):
+                                raise
                 except NeedsCompile as need:
                     job = need.job
                 except BaseException as exc:
@@ -231,7 +232,7 @@ class FusionClient:
                 try:
                     server.register(stream_id, op)
                 except DroppedTensorError as exc:
-                    if self._register_all(before=seq):
+                    if self._register_writer_of(exc.tid, before=seq):
                         continue  # its input was another thread's, registered now: again
                     server.fail_unregistered(op, exc)
                 except (NeedsCompile, ReentrancyError):
@@ -239,6 +240,22 @@ class FusionClient:
                 except Exception as exc:  # noqa: BLE001 (an op that cannot be queued: its values fail)
                     server.fail_unregistered(op, exc)
             queue.popleft()
+
+    def _register_writer_of(self, tid: int | None, before: int | None = None) -> bool:
+        """Register every thread's ops up to the queued op that makes tensor `tid` (made
+        before `before`, if given), oldest first; False if no queue holds it. Only then:
+        registering runs the blocks that close, and an interrupt while another thread's
+        block runs here would fail that thread's work for an id nobody queued (one whose
+        op an interrupt cut before it was queued)."""
+        if tid is None:
+            return False
+        for queue in list(self.queues.values()):
+            for seq, op, _ in list(queue):
+                if before is not None and seq >= before:
+                    break
+                if op is not None and any(out.id == tid for out in outputs_of(op)):
+                    return self._register_all(before=seq + 1)
+        return False
 
     def _register_all(self, before: int | None = None) -> bool:
         """Register every thread's queued ops made before `before` (all, if None), oldest

@@ -51,7 +51,10 @@ class DeviceError(FusionError):
 
 
 class DroppedTensorError(FusionError):
-    """An id that the server no longer knows: the tensor was dropped or belongs elsewhere."""
+    """An id that the server no longer knows: the tensor was dropped or belongs elsewhere.
+    `tid`: that id, where the server raised it."""
+
+    tid: int | None = None
 
 
 def kept(exc: BaseException | None) -> BaseException | None:

@@ -100,9 +100,11 @@ class HandleContainer:
     def get(self, tid: int) -> Entry:
         entry = self.entries.get(tid)
         if entry is None:
-            raise DroppedTensorError(
+            err = DroppedTensorError(
                 f"tensor {tid} is unknown to this device's server (dropped, or from another device)"
             )
+            err.tid = tid
+            raise err
         return entry
 
     def new_storage(self, nbytes: int, status: int, stream: int | None = None) -> Storage:

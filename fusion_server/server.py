@@ -364,11 +364,18 @@ class FusionServer:
         return True
 
     def _dropped_early(self, outs) -> None:
-        """Outputs whose handles died before their op was registered are dead on arrival."""
+        """Outputs whose handles died before their op was registered are dead on arrival:
+        released at once where nothing is left to write (a repeated reduction's view of an
+        earlier result; an op found registered again after an interrupt, which ran)."""
+        early = self.early_drops
+        entries = self.handles.entries
         for out in outs:
-            if out.id in self.early_drops:
-                self.early_drops.discard(out.id)
-                self.handles.entries[out.id].alive = False
+            if out.id in early:
+                entry = entries.get(out.id)
+                if entry is not None:
+                    entry.alive = False  # (before the id leaves the set: an interrupt loses no drop)
+                    self.handles.maybe_release(entry)
+                early.discard(out.id)
 
     def fail_unregistered(self, op: OperationIr, error: BaseException) -> None:
         """`op` could not be queued: its outputs exist, failed with `error`."""

@@ -70,6 +70,26 @@ def test_outputs_dropped_before_registration_are_never_written(channel, baseline
     assert clients.stats()["buffers_live"] == baseline
 
 
+def test_a_repeated_reduction_dropped_before_registration_frees_its_value(channel, baseline):
+    """A reduction repeated over an unchanged input takes the first result's storage when
+    it is registered; dropped while still in the inbox, it lets that storage go again."""
+    a = rand((8, 64))
+    x = clients.asarray(a)
+    keep = clients.sum(x, axis=1)
+    np.testing.assert_allclose(keep.numpy(), a.sum(axis=1), rtol=1e-5)
+    for _ in range(3):
+        clients.sum(x, axis=1)  # the same reduction, dropped at once
+    gc.collect()
+    # Another thread's locked section applies the drops while the ops are still queued.
+    other = threading.Thread(target=lambda: clients.client_for().call(lambda server: None))
+    other.start()
+    other.join(TIMEOUT)
+    np.testing.assert_allclose(keep.numpy(), a.sum(axis=1), rtol=1e-5)
+    del keep, x
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
+
+
 @pytest.mark.timeout(TIMEOUT)
 def test_another_thread_uses_a_value_still_in_the_inbox(channel):
     a = rand(50)
@@ -90,6 +110,36 @@ def test_another_thread_uses_a_value_still_in_the_inbox(channel):
         assert box["queued"] >= 2
     z = box["y"] * 3.0  # this thread's op reads the other's value: registered after it
     np.testing.assert_allclose(z.numpy(), (np.sin(a) + 1) * 3, rtol=1e-5)
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_an_op_on_an_unknown_tensor_leaves_other_threads_queues_alone(client, monkeypatch):
+    """An id no queue makes (its op cut by an interrupt before it was queued, or a bad
+    handle) fails the op that reads it; other threads' queued ops stay queued, since
+    registering them runs their blocks here, where an interrupt would fail their work."""
+    monkeypatch.setattr(client, "channel", "inbox")
+    a = rand(64)
+    made, done = threading.Event(), threading.Event()
+    box: dict = {}
+
+    def recorder():
+        box["y"] = clients.tanh(clients.asarray(a)) * 2.0  # queued in this thread's inbox
+        box["queued"] = queued(client)
+        made.set()
+        done.wait(TIMEOUT)
+        box["still"] = queued(client)
+
+    th = threading.Thread(target=recorder)
+    th.start()
+    assert made.wait(TIMEOUT) and box["queued"] >= 2
+    ghost = clients.Tensor._make(client, 10**10, (64,), np.dtype(np.float32))
+    bad = clients.asarray(a) + ghost
+    with pytest.raises(clients.TensorFailedError, match="unknown to this device"):
+        bad.numpy()
+    done.set()
+    th.join(TIMEOUT)
+    assert box["still"] == box["queued"]
+    np.testing.assert_allclose(box["y"].numpy(), np.tanh(a) * 2, rtol=1e-5)  # run once it ended
 
 
 @pytest.mark.timeout(TIMEOUT)
