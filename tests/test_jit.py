@@ -95,6 +95,27 @@ def test_what_retraces(change, retraces):
     np.testing.assert_allclose(out.numpy(), x.numpy() * s + n, rtol=1e-6)
 
 
+def test_a_new_shape_retraces_in_python_and_builds_no_kernel():
+    """Captures are per shape (the function's Python code may depend on its arguments'
+    shapes, as under JAX), but kernels take their sizes as arguments: a trace at a new
+    shape compiles nothing where the kernel's strategy stays the same (element-wise
+    blocks at any size, a row reduction over another number of rows)."""
+    g = clients.jit(lambda x, y: clients.exp(x) * y + 2.0)
+    f = clients.jit(lambda x, y: clients.tanh(x * y + 1.0) - clients.sum(x * y, axis=-1, keepdims=True))
+    cases = [(g, shape) for shape in ((1000,), (1000,), (2000,), (7, 3), (3, 40, 50))] + \
+            [(f, shape) for shape in ((16, 300), (16, 300), (48, 300), (5, 300), (200, 300))]
+    for k, (fn, shape) in enumerate(cases):
+        a, b = rand(shape), rand(shape, seed=1)
+        before = clients.stats()
+        out = fn(clients.asarray(a), clients.asarray(b)).numpy()
+        after = clients.stats()
+        want = np.exp(a) * b + 2 if fn is g else np.tanh(a * b + 1) - (a * b).sum(-1, keepdims=True)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+        if k % 5:  # after each function's first call
+            assert after["jit_traces"] - before["jit_traces"] == (0 if shape == cases[k - 1][1] else 1)
+            assert after["compiles"] == before["compiles"], shape
+
+
 def test_settings_changes_retrace():
     f = clients.jit(lambda x: x * 2.0 + 1.0)
     x = clients.asarray(rand(10))
