@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import clients
-from fusion_server.fusers.sort import TILE_ITEMS, TILE_ITEMS_OTHER
+from fusion_server.fusers.sort import RUN_SPLIT_MIN, TILE_ITEMS, TILE_ITEMS_OTHER, run_segment
 from tests.conftest import settle
 
 FP64 = clients.client_for().fp64
@@ -59,6 +59,27 @@ def test_sort_and_argsort_match_numpy(dtype, descending, via):
     for k, shape in enumerate(SHAPES):
         a = data(shape, dtype, seed=k)
         check(clients.asarray(a), a, descending=descending, via=via)
+
+
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_keys_over_every_byte_and_keys_all_alike(dtype, descending):
+    """Keys that differ in every byte, keys all alike, and few distinct keys, in rows long
+    enough for a CPU's radix sort (which skips the bytes all keys share) and long enough
+    to be cut into segments and merged; bit-exact against numpy's stable sort."""
+    rng = np.random.default_rng(11)
+    n = 3 * RUN_SPLIT_MIN + 5
+    if np.dtype(dtype).kind == "f":
+        wide = rng.standard_normal(n).astype(dtype) * np.asarray(1e30, dtype) ** rng.uniform(-1, 1, n).astype(dtype)
+    elif dtype is np.bool_:
+        wide = rng.random(n) < 0.5
+    else:
+        info = np.iinfo(dtype)
+        wide = rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+    alike = np.full(n, wide[0], dtype)
+    few = np.array(rng.integers(0, 3, (3, 700)), dtype)
+    for a in (wide, alike, wide[: 2 * RUN_SPLIT_MIN].reshape(2, -1), few):
+        check(clients.asarray(a), a, descending=descending)
 
 
 def test_axis_arguments_including_negative():
@@ -125,24 +146,44 @@ def test_extreme_values():
 
 
 _TILE: list[int] = []
+INFO = clients.client_for().server.info
 
 
 def tile_pairs() -> int:
-    """The pairs one tile kernel sorts on this device, measured: the plan caps the
-    preferred size (TILE_ITEMS) by the built kernel's work-group limit and local memory,
-    so a probe row of 2^16 shows how many merge passes follow the tile kernel."""
+    """The pairs one tile kernel sorts on this device (not a CPU's: see sort_kernels),
+    measured: the plan caps the preferred size (TILE_ITEMS) by the built kernel's
+    work-group limit and local memory, so a probe row of 2^16 shows how many merge
+    passes follow the tile kernel."""
     if not _TILE:
         n = 1 << 16
         with clients.inspect() as rec:
             clients.sort(clients.asarray(np.arange(n, 0, -1, dtype=np.float32))).numpy()
         passes = len(rec.kernels) - 1
         _TILE.append(n >> passes)
-        assert _TILE[0] <= 2 * TILE_ITEMS.get(clients.client_for().server.info.kind, TILE_ITEMS_OTHER)
+        assert _TILE[0] <= 2 * TILE_ITEMS.get(INFO.kind, TILE_ITEMS_OTHER)
     return _TILE[0]
 
 
+def sort_kernels(rows: int, n: int) -> int:
+    """The kernels a sort of `rows` rows of `n` takes here: the first stage (tiles on a
+    GPU; on a CPU, one radix-sorted segment per work-item), then a merge pass per doubling
+    of the sorted runs until one covers the row."""
+    first = run_segment(n, rows, INFO.compute_units) if INFO.kind == "CPU" else tile_pairs()
+    return 1 + (math.ceil(math.log2(n / first)) if n > first else 0)
+
+
+def one_kernel_row() -> int:
+    """A row length that one sort kernel sorts here."""
+    return 1000 if INFO.kind == "CPU" else min(1000, tile_pairs())
+
+
+def merged_row() -> int:
+    """A row length that takes merge passes here."""
+    return 3 * RUN_SPLIT_MIN if INFO.kind == "CPU" else 5 * tile_pairs() // 2
+
+
 def test_kernels_of_a_sorted_fused_expression():
-    a = data((min(1000, tile_pairs()),), np.float32, seed=4)
+    a = data((one_kernel_row(),), np.float32, seed=4)
     x = clients.asarray(a)
     with clients.inspect() as rec:
         got = (clients.sort(clients.exp(x) + 1.0) * 2.0).numpy()
@@ -152,24 +193,24 @@ def test_kernels_of_a_sorted_fused_expression():
     assert [(k.kind, k.ops) for k in rec.kernels] == [
         ("elementwise", ["exp", "add"]), ("sort", ["sort"]), ("elementwise", ["multiply"])]
 
-    # A row longer than a tile: one tile kernel, then one merge pass per doubling of the
-    # sorted runs until a run covers the row.
-    n = 5 * tile_pairs() // 2
+    # A longer row: the first stage, then one merge pass per doubling of the sorted runs
+    # until a run covers the row.
+    n = merged_row()
     b = data((n,), np.float32, seed=5)
     with clients.inspect() as rec:
         got = clients.argsort(clients.exp(clients.asarray(b)) + 1.0).numpy()
     np.testing.assert_array_equal(got, np_argsort(np.exp(b) + np.float32(1)))
-    passes = math.ceil(math.log2(n / tile_pairs()))
-    assert passes == 2
-    assert [k.kind for k in rec.kernels] == ["elementwise"] + ["sort"] * (1 + passes)
+    kernels = sort_kernels(1, n)
+    assert kernels >= 2 or INFO.compute_units == 1  # (a CPU of one core never cuts a row)
+    assert [k.kind for k in rec.kernels] == ["elementwise"] + ["sort"] * kernels
 
 
 def test_scratch_buffers_go_back_to_the_pool(baseline):
-    x = clients.asarray(data((3, 3 * tile_pairs()), np.float32))
+    x = clients.asarray(data((1, merged_row()), np.float32))
     with clients.inspect() as rec:
         y = clients.argsort(x)
         y.numpy()
-    assert [k.kind for k in rec.kernels] == ["sort"] * 3  # merge passes used scratch buffers
+    assert [k.kind for k in rec.kernels] == ["sort"] * sort_kernels(1, merged_row())  # with scratch
     del x, y
     settle()
     assert clients.stats()["buffers_live"] == baseline

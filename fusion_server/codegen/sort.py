@@ -10,6 +10,11 @@ position, so the order is total: any sorting network gives the stable result.
   several short rows (each padded to a power of two with pairs that sort last) or one
   chunk of a long row. When a row fits one tile the kernel writes the results;
   otherwise it writes sorted runs of pairs to scratch buffers.
+- `runs` (CPU devices, in place of `sort_tiles`): each work-item sorts one segment of a
+  row alone, an LSD radix sort of its keys by bytes (stable: ties keep their positions),
+  skipping a byte every key shares. A CPU runs a work-group as a loop on one core and
+  the tiles' bitonic network as one loop per barrier step: 2^20 floats took 127 ms that
+  way, 3.6x numpy's time, and a row sort per work-item needs no barrier at all.
 - `merge`: neighbouring sorted runs merged into one, each work-item writing a chunk of
   the merged run: a binary search on the merge path finds where its chunk starts in
   both runs, then it merges sequentially. The last pass writes the results.
@@ -29,7 +34,7 @@ class SortSpec(NamedTuple):
     """One sort kernel: which stage, for which dtype, writing which results."""
 
     kind: str  # always "sort": keeps these keys apart from other kernels' in the cache
-    stage: str  # "tiles" or "merge"
+    stage: str  # "tiles", "runs" or "merge"
     dtype: np.dtype
     values: bool  # the final pass writes the sorted values
     indices: bool  # the final pass writes the positions (int64)
@@ -48,6 +53,11 @@ _KEYS = {
     if (v == 0.0) b = 0ul;
     return (b & 0x8000000000000000ul) ? ~b : (b | 0x8000000000000000ul);"""),
 }
+
+
+# Runs up to this long are insertion-sorted by the `runs` kernel (radix histograms cost
+# 256 counters per byte whatever the run's length).
+SHORT_RUN = 64
 
 
 def key_bytes(dtype: np.dtype) -> int:
@@ -72,11 +82,14 @@ def parameters(spec: SortSpec) -> tuple[sig.Param, ...]:
     final; the keys and indices out; the input and its offset; the result."""
     i32, i64 = np.dtype(np.int32), np.dtype(np.int64)
     result = [sig.raw("out", "__global T *values"), sig.raw("out", "__global long *indices")]
-    if spec.stage == "tiles":
+    if spec.stage in ("tiles", "runs"):
+        last = (sig.raw("local", "__local KEY *lk"), sig.raw("local", "__local uint *li")) \
+            if spec.stage == "tiles" else \
+            (sig.raw("out", "__global KEY *tmp_keys"), sig.raw("out", "__global uint *tmp_idx"))
         return (sig.raw("input", "__global const T *in"), sig.scalar(i64, "in_off"),
                 *(sig.scalar(i32, n) for n in ("rows", "n", "seg", "desc", "final")),
                 sig.raw("out", "__global KEY *keys_out"), sig.raw("out", "__global uint *idx_out"), *result,
-                sig.raw("local", "__local KEY *lk"), sig.raw("local", "__local uint *li"))
+                *last)
     return (sig.raw("input", "__global const KEY *keys"), sig.raw("input", "__global const uint *idx"),
             *(sig.scalar(i32, n) for n in ("rows", "n", "run", "chunk", "final")),
             sig.raw("out", "__global KEY *keys_out"), sig.raw("out", "__global uint *idx_out"),
@@ -166,6 +179,90 @@ __kernel void NAME(PARAMETERS)
 }
 """
 
+_RUNS = """
+void sort_run(__global const T *src, const int start, const int len, const long base, const int desc,
+              __global KEY *keys_out, __global uint *idx_out, __global KEY *tmp_keys, __global uint *tmp_idx,
+              const int final, __global const T *row_in, const long row_at,
+              __global T *values, __global long *indices)
+{
+    if (len <= SHORT_RUN) {  /* short: an insertion sort costs less than 256-bucket histograms */
+        KEY pk[SHORT_RUN];
+        uint pi[SHORT_RUN];
+        for (int i = 0; i < len; ++i) {
+            const KEY k = key_of(src[i], desc);
+            int j = i;
+            for (; j > 0 && pk[j - 1] > k; --j) {  /* equal keys stay in order */
+                pk[j] = pk[j - 1];
+                pi[j] = pi[j - 1];
+            }
+            pk[j] = k;
+            pi[j] = (uint)(start + i);
+        }
+        for (int i = 0; i < len; ++i) {
+            if (final)
+                write_result(row_in, 0, row_at + i, pi[i], values, indices);
+            else {
+                keys_out[base + i] = pk[i];
+                idx_out[base + i] = pi[i];
+            }
+        }
+        return;
+    }
+    uint count[PASSES][256];
+    for (int p = 0; p < PASSES; ++p)
+        for (int d = 0; d < 256; ++d) count[p][d] = 0;
+    for (int i = 0; i < len; ++i) {  /* keys, positions, and every byte's histogram at once */
+        const KEY k = key_of(src[i], desc);
+        keys_out[base + i] = k;
+        idx_out[base + i] = (uint)(start + i);
+        for (int p = 0; p < PASSES; ++p) count[p][(uint)(k >> (8 * p)) & 255u]++;
+    }
+    __global KEY *ka = keys_out + base, *kb = tmp_keys + base;
+    __global uint *ia = idx_out + base, *ib = tmp_idx + base;
+    int last = -1;  /* the last byte that tells keys apart (a byte all keys share is skipped) */
+    for (int p = 0; p < PASSES; ++p)
+        if (count[p][(uint)(ka[0] >> (8 * p)) & 255u] != (uint)len) last = p;
+    for (int p = 0; p <= last; ++p) {
+        const int shift = 8 * p;
+        if (count[p][(uint)(ka[0] >> shift) & 255u] == (uint)len) continue;
+        uint sum = 0;
+        for (int d = 0; d < 256; ++d) {
+            const uint c = count[p][d];
+            count[p][d] = sum;
+            sum += c;
+        }
+        for (int i = 0; i < len; ++i) {  /* in order: equal bytes keep their order */
+            const KEY k = ka[i];
+            const uint at = count[p][(uint)(k >> shift) & 255u]++;
+            kb[at] = k;
+            ib[at] = ia[i];
+        }
+        __global KEY *tk = ka; ka = kb; kb = tk;
+        __global uint *ti = ia; ia = ib; ib = ti;
+    }
+    if (final) {
+        for (int i = 0; i < len; ++i)
+            write_result(row_in, 0, row_at + i, ia[i], values, indices);
+    } else if (ka != keys_out + base) {
+        for (int i = 0; i < len; ++i) {
+            keys_out[base + i] = ka[i];
+            idx_out[base + i] = ia[i];
+        }
+    }
+}
+
+__kernel void NAME(PARAMETERS)
+{
+    const int cpr = (n + seg - 1) / seg;  /* segments per row */
+    const long g = get_global_id(0);
+    if (g >= (long)rows * cpr) return;
+    const long row = g / cpr;
+    const int start = (int)(g % cpr) * seg;
+    sort_run(in + in_off + row * n + start, start, min(seg, n - start), row * n + start, desc,
+             keys_out, idx_out, tmp_keys, tmp_idx, final, in + in_off + row * n, row * n, values, indices);
+}
+"""
+
 _MERGE = """
 __kernel void NAME(PARAMETERS)
 {
@@ -228,9 +325,11 @@ def generate(spec: SortSpec) -> tuple[str, str]:
         f"#define IS_NAN(v) {'isnan(v)' if dt.is_float(spec.dtype) else '0'}",
         f"#define WRITE_VALUES {int(spec.values)}",
         f"#define WRITE_INDICES {int(spec.indices)}",
+        f"#define PASSES {8 if key == 'ulong' else 4}",
+        f"#define SHORT_RUN {SHORT_RUN}",
         f"KEY raw_key(const T v)\n{{{body}\n}}",
         _COMMON,
-        (_TILES if spec.stage == "tiles" else _MERGE).replace("NAME", name).replace(
+        {"tiles": _TILES, "runs": _RUNS, "merge": _MERGE}[spec.stage].replace("NAME", name).replace(
             "PARAMETERS", sig.declare(parameters(spec))),
     ]
     return "\n".join(src), name

@@ -34,6 +34,12 @@ TILE_ITEMS_OTHER = 1024
 MERGE_CHUNK = {"GPU": 8}
 MERGE_CHUNK_OTHER = 32
 MAX_ROW = 1 << 30  # positions and run bounds are 32-bit ints in the kernels
+# CPU devices: a row is cut into radix-sorted segments (powers of two, so that the merge
+# passes' runs double from them) only as far as it takes to give every core one: a merge
+# pass costs more than the radix passes it saves (2^20 floats on 2 cores: 38 ms in
+# segments of 2^12, 31 of 2^14, 23 of 2^16, 15 of 2^18, 11 of 2^19, 13 in one segment).
+# Rows up to RUN_SPLIT_MIN are never cut.
+RUN_SPLIT_MIN = 1 << 12
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -46,6 +52,13 @@ def _pow2_floor(n: int) -> int:
 
 def _pow2_ceil(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
+
+
+def run_segment(n: int, rows: int, compute_units: int) -> int:
+    """CPU devices: the length of the segments of a row that work-items radix-sort."""
+    if n <= RUN_SPLIT_MIN:
+        return _pow2_ceil(n)
+    return max(RUN_SPLIT_MIN, _pow2_ceil(_ceil_div(n, max(1, _ceil_div(compute_units, rows)))))
 
 
 def check_rows(entry: Entry) -> None:
@@ -75,9 +88,11 @@ class SortPlan(LonePlan):
         if n > MAX_ROW:
             raise FusionError(f"rows of {n} elements are longer than the sort supports ({MAX_ROW})")
         values = op.name == "sort"
-        tiles_spec = sg.SortSpec("sort", "tiles", src.ir.dtype, values, not values)
-        merge_spec = tiles_spec._replace(stage="merge")
-        tiles = ctx.kernel_for(tiles_spec)  # both built before anything changes (NeedsCompile)
+        # GPUs sort tiles in local memory; CPUs sort a segment per work-item (codegen/sort.py).
+        first_stage = "runs" if ctx.info.kind == "CPU" else "tiles"
+        first_spec = sg.SortSpec("sort", first_stage, src.ir.dtype, values, not values)
+        merge_spec = first_spec._replace(stage="merge")
+        first = ctx.kernel_for(first_spec)  # both built before anything changes (NeedsCompile)
         merge = ctx.kernel_for(merge_spec)
         for e in outs:
             ctx.allocate(e.storage)
@@ -89,31 +104,43 @@ class SortPlan(LonePlan):
         out_values, out_indices = (result, None) if values else (None, result)
         device = ctx.info.device
         kbytes = sg.key_bytes(src.ir.dtype)
+        in_off = np.int64(src.offset)
 
-        # The tile kernel: segments of a power of two no longer than a tile.
-        most = TILE_ITEMS.get(ctx.info.kind, TILE_ITEMS_OTHER)
-        most = min(most, tiles.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device),
-                   device.local_mem_size // (2 * (kbytes + 4)))
-        most = _pow2_floor(most)
-        seg = min(_pow2_ceil(n), 2 * most)
-        per_row = _ceil_div(n, seg)
-        # Few short rows need no big work-group: a tile of at least one segment is enough.
-        items = max(seg // 2, min(most, _pow2_ceil(rows * per_row * seg) // 2), 1)
-        n_tiles = _ceil_div(rows * per_row * seg, 2 * items)
+        if first_stage == "runs":
+            seg = run_segment(n, rows, ctx.info.compute_units)
+            per_row = _ceil_div(n, seg)
+            items = rows * per_row
+            # Several work-groups per core (a CPU driver runs one on one core at a time).
+            local = _pow2_floor(max(1, min(64, items // (4 * ctx.info.compute_units))))
+        else:
+            # The tile kernel: segments of a power of two no longer than a tile.
+            most = TILE_ITEMS.get(ctx.info.kind, TILE_ITEMS_OTHER)
+            most = min(most, first.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device),
+                       device.local_mem_size // (2 * (kbytes + 4)))
+            most = _pow2_floor(most)
+            seg = min(_pow2_ceil(n), 2 * most)
+            per_row = _ceil_div(n, seg)
+            # Few short rows need no big work-group: a tile of at least one segment is enough.
+            items = max(seg // 2, min(most, _pow2_ceil(rows * per_row * seg) // 2), 1)
+            n_tiles = _ceil_div(rows * per_row * seg, 2 * items)
         final = per_row == 1
         pool = ctx.pool
         scratch = []
-        if not final:
+        if not final or first_stage == "runs":  # (the radix sort needs its second copy)
             size = rows * n
             scratch = [(pool.alloc(size * kbytes), pool.alloc(size * 4)) for _ in range(2)]
         try:
             keys, idx = scratch[0] if scratch else (None, None)
-            in_off = np.int64(src.offset)
-            args = sig.bind(sg.parameters(tiles_spec), input=[src.storage.buffer],
-                            scalar=[in_off, *map(np.int32, (rows, n, seg, op.descending, final))],
-                            out=[keys, idx, out_values, out_indices],
-                            local=[cl.LocalMemory(2 * items * kbytes), cl.LocalMemory(2 * items * 4)])
-            ctx.launch(tiles, n_tiles * items, items, args, "sort", [op.name], len(args))
+            scalars = [in_off, *map(np.int32, (rows, n, seg, op.descending, final))]
+            if first_stage == "runs":
+                args = sig.bind(sg.parameters(first_spec), input=[src.storage.buffer], scalar=scalars,
+                                out=[keys, idx, out_values, out_indices, *scratch[1]])
+                ctx.launch(first, _ceil_div(items, local) * local, local, args, "sort", [op.name], len(args))
+            else:
+                args = sig.bind(sg.parameters(first_spec), input=[src.storage.buffer], scalar=scalars,
+                                out=[keys, idx, out_values, out_indices],
+                                local=[cl.LocalMemory(2 * items * kbytes), cl.LocalMemory(2 * items * 4)])
+                ctx.launch(first, n_tiles * items, items, args, "sort", [op.name], len(args))
 
             # Merge passes: runs of `seg` pairs double until one covers the row.
             most = _pow2_floor(min(ctx.local_size,
