@@ -59,6 +59,13 @@ def build_kernel(context: cl.Context, source: str, name: str, options: list[str]
             raise KernelBuildError(f"OpenCL kernel {name} could not be created: {exc}") from None
         first = exc
     del program  # the broken program goes before the fresh build
+    try:
+        kernel = build_kernel(context, source, name, [*options, FRESH_BUILD_OPTION])
+    except KernelBuildError as exc:
+        # Fresh too: the driver itself loses the kernel (PoCL 3.0 does with some vector
+        # code), which is no cache's fault.
+        raise KernelBuildError(f"the OpenCL driver built {name} twice, once bypassing its cache, "
+                               f"and could not create the kernel either time: {exc}") from None
     from .drivers import kernel_cache_of
 
     where = kernel_cache_of(context.devices[0])
@@ -68,7 +75,7 @@ def build_kernel(context: cl.Context, source: str, name: str, options: list[str]
         "Rebuilt it fresh; deleting that cache directory clears such entries.",
         RuntimeWarning, stacklevel=2,
     )
-    return build_kernel(context, source, name, [*options, FRESH_BUILD_OPTION])
+    return kernel
 
 
 class ProgramCache:
