@@ -211,6 +211,41 @@ void sort_run(__global const T *src, const int start, const int len, const long 
     uint count[PASSES][256];
     for (int p = 0; p < PASSES; ++p)
         for (int d = 0; d < 256; ++d) count[p][d] = 0;
+#if PACKED
+    /* 4-byte keys: key and position in one 8-byte word, whose order is the pairs' order:
+       one load and one store per move, and half the streams a pass scatters into. */
+    __global ulong *wa = (__global ulong *)tmp_keys + base, *wb = (__global ulong *)tmp_idx + base;
+    for (int i = 0; i < len; ++i) {
+        const KEY k = key_of(src[i], desc);
+        wa[i] = ((ulong)k << 32) | (ulong)(start + i);
+        for (int p = 0; p < PASSES; ++p) count[p][(k >> (8 * p)) & 255u]++;
+    }
+    const uint first = (uint)(wa[0] >> 32);
+    for (int p = 0; p < PASSES; ++p) {
+        const int shift = 8 * p;
+        if (count[p][(first >> shift) & 255u] == (uint)len) continue;  /* one byte for all */
+        uint sum = 0;
+        for (int d = 0; d < 256; ++d) {
+            const uint c = count[p][d];
+            count[p][d] = sum;
+            sum += c;
+        }
+        for (int i = 0; i < len; ++i) {  /* in order: equal bytes keep their order */
+            const ulong w = wa[i];
+            wb[count[p][((uint)(w >> 32) >> shift) & 255u]++] = w;
+        }
+        __global ulong *t = wa; wa = wb; wb = t;
+    }
+    for (int i = 0; i < len; ++i) {
+        if (final)
+            write_result(row_in, 0, row_at + i, (uint)wa[i], values, indices);
+        else {
+            keys_out[base + i] = (KEY)(wa[i] >> 32);
+            idx_out[base + i] = (uint)wa[i];
+        }
+    }
+    return;
+#endif
     for (int i = 0; i < len; ++i) {  /* keys, positions, and every byte's histogram at once */
         const KEY k = key_of(src[i], desc);
         keys_out[base + i] = k;
@@ -327,6 +362,7 @@ def generate(spec: SortSpec) -> tuple[str, str]:
         f"#define WRITE_INDICES {int(spec.indices)}",
         f"#define PASSES {8 if key == 'ulong' else 4}",
         f"#define SHORT_RUN {SHORT_RUN}",
+        f"#define PACKED {int(key == 'uint')}",
         f"KEY raw_key(const T v)\n{{{body}\n}}",
         _COMMON,
         {"tiles": _TILES, "runs": _RUNS, "merge": _MERGE}[spec.stage].replace("NAME", name).replace(

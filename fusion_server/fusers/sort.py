@@ -126,9 +126,13 @@ class SortPlan(LonePlan):
         final = per_row == 1
         pool = ctx.pool
         scratch = []
+        sizes = []
         if not final or first_stage == "runs":  # (the radix sort needs its second copy)
             size = rows * n
-            scratch = [(pool.alloc(size * kbytes), pool.alloc(size * 4)) for _ in range(2)]
+            # The radix sort of 4-byte keys packs key and position in 8 bytes (codegen/sort.py).
+            wide = 8 if first_stage == "runs" and kbytes == 4 else None
+            sizes = [(size * kbytes, size * 4), (size * (wide or kbytes), size * (wide or 4))]
+            scratch = [(pool.alloc(a), pool.alloc(b)) for a, b in sizes]
         try:
             keys, idx = scratch[0] if scratch else (None, None)
             scalars = [in_off, *map(np.int32, (rows, n, seg, op.descending, final))]
@@ -160,7 +164,7 @@ class SortPlan(LonePlan):
                 run, k = 2 * run, k + 1
         finally:  # also when a launch fails: the scratch goes back to the pool
             # The in-order queue runs the passes before any later use of these buffers.
-            for k_buf, i_buf in scratch:
-                pool.free(k_buf, rows * n * kbytes)
-                pool.free(i_buf, rows * n * 4)
+            for (k_buf, i_buf), (k_bytes, i_bytes) in zip(scratch, sizes):
+                pool.free(k_buf, k_bytes)
+                pool.free(i_buf, i_bytes)
         ctx.mark_ready([e.storage for e in outs])
