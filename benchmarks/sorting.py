@@ -5,7 +5,7 @@
 On a GPU the one long row takes the tile kernel and then merge passes (one per doubling
 of the sorted runs); rows of 1024 fit one tile where the device's tile holds 1024 pairs.
 On a CPU each work-item radix-sorts a row, or a segment of one (a long row is cut into
-one segment per core), and merge passes follow. The kernels per sort are counted with
+about one segment per core, a power of two of them), and merge passes follow. The kernels per sort are counted with
 `clients.inspect()`.
 
 Variants, measured side by side in interleaved rounds: device (`clients.sort` and a

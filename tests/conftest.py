@@ -95,10 +95,10 @@ def rand(shape, dtype=np.float32, seed=0):
     return rng.standard_normal(shape).astype(dtype)
 
 
-def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+def run_python(code: str, timeout: float = 240, **env: str) -> subprocess.CompletedProcess:
     """`code` in a new interpreter with extra environment variables (settings read at start)."""
     return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=240)
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def _tensors(args) -> list:

@@ -3,6 +3,8 @@ vector steps cannot overflow, and sizes near the limit take 64-bit indices."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -50,5 +52,8 @@ def test_the_process_exits_cleanly_after_the_driver_botched_a_build():
     whose tests all passed exited 134. The library keeps its contexts past exit."""
     if not _fits(2**31 - 1, 1):
         pytest.skip("the device cannot allocate 2^31 bytes in one buffer")
-    done = run_python(_BOTCHED_BUILD_THEN_EXIT)
+    available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 0
+    if available < 3 * 2**31:  # (the child's buffers come on top of what this process holds)
+        pytest.skip("not enough free host memory for a second process's 2^31-byte buffers")
+    done = run_python(_BOTCHED_BUILD_THEN_EXIT, timeout=540)
     assert done.returncode == 0 and "done" in done.stdout, done.stderr[-3000:]

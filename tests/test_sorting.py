@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
 import clients
+from fusion_server.fusers import sort as sort_plan
 from fusion_server.fusers.sort import RUN_SPLIT_MIN, TILE_ITEMS, TILE_ITEMS_OTHER, run_segment
 from tests.conftest import settle
 
@@ -80,6 +82,39 @@ def test_keys_over_every_byte_and_keys_all_alike(dtype, descending):
     few = np.array(rng.integers(0, 3, (3, 700)), dtype)
     for a in (wide, alike, wide[: 2 * RUN_SPLIT_MIN].reshape(2, -1), few):
         check(clients.asarray(a), a, descending=descending)
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_the_other_first_stage_matches_numpy_too(monkeypatch, descending):
+    """Where the device is a CPU (CI's), the GPUs' bitonic tile stage runs forced, and
+    the CPUs' radix stage where it is a GPU: both stages keep their tests everywhere."""
+    other = "tiles" if INFO.kind == "CPU" else "runs"
+    monkeypatch.setattr(sort_plan, "first_stage_for", lambda kind: other)
+    for dtype in DTYPES:
+        for k, shape in enumerate(SHAPES):
+            a = data(shape, dtype, seed=k)
+            check(clients.asarray(a), a, descending=descending)
+
+
+def test_rows_cut_for_many_cores_match_numpy(monkeypatch):
+    """With 64 cores, rows are cut into segments where 2 cores leave them whole: several
+    cut rows, and last segments short enough for the insertion sort."""
+    ctx = clients.client_for().server.ctx
+    monkeypatch.setattr(ctx, "info", dataclasses.replace(ctx.info, compute_units=64))
+    for k, shape in enumerate([(1, 4106), (3, 8200), (2, 4097), (1, 20000)]):
+        for dtype in (np.float32, np.int64, np.bool_):
+            a = data(shape, dtype, seed=k)
+            check(clients.asarray(a), a)
+            check(clients.asarray(a), a, descending=True)
+
+
+def test_how_a_cpu_cuts_rows():
+    assert run_segment(1000, 1, 64) == 1024  # short rows stay whole
+    assert run_segment(1 << 20, 1, 2) == 1 << 19  # one long row: a segment per core
+    assert run_segment(1 << 20, 1, 12) == 1 << 17  # (a power of two: 8 segments)
+    assert run_segment(1 << 20, 4, 16) == 1 << 18  # 4 rows share 16 cores
+    assert run_segment(1 << 20, 64, 16) == 1 << 20  # enough rows: each whole
+    assert run_segment(5 * RUN_SPLIT_MIN, 1, 64) == RUN_SPLIT_MIN  # never shorter than that
 
 
 def test_axis_arguments_including_negative():

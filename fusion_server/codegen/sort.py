@@ -78,7 +78,9 @@ def kernel_name(spec: SortSpec) -> str:
 def parameters(spec: SortSpec) -> tuple[sig.Param, ...]:
     """The kernel's parameters. Tiles: the input and its offset, rows, n, the segment,
     descending, final; the keys and indices out, the values and indices (the result);
-    local keys and indices. Merge: the keys and indices in, rows, n, the run, the chunk,
+    local keys and indices. Runs: as tiles, with the radix sort's second copy of the keys
+    and indices (for 4-byte keys, both hold packed 8-byte words) in place of local memory.
+    Merge: the keys and indices in, rows, n, the run, the chunk,
     final; the keys and indices out; the input and its offset; the result."""
     i32, i64 = np.dtype(np.int32), np.dtype(np.int64)
     result = [sig.raw("out", "__global T *values"), sig.raw("out", "__global long *indices")]

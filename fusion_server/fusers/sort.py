@@ -1,4 +1,7 @@
-"""The plan that sorts rows on the device: one tile kernel, then merge passes for long rows.
+"""The plan that sorts rows on the device: a first stage, then merge passes for long rows.
+
+The first stage sorts tiles in local memory on GPUs (a bitonic network), and on CPU
+devices a row, or a segment of one, per work-item (a radix sort); see `codegen/sort.py`.
 
 No fuser takes a SortOp, so it runs alone, in its place in the stream: the block before
 it is launched first and later ops read its outputs like any tensor. Every launch is
@@ -25,8 +28,8 @@ if TYPE_CHECKING:
 # Work-items per work-group of the tile kernel; each sorts two pairs, so a tile holds
 # twice as many. On a GPU, 512 items keep a tile of 1024 pairs (8 to 12 KiB of local
 # memory) on one compute unit with room for several groups, and a 1024-element row
-# needs no merge pass. A CPU runs a work-group as a loop on one core between barriers:
-# bigger groups amortize the barriers, and 2048 pairs (16 to 24 KiB) stay in its caches.
+# needs no merge pass. Other devices that are not CPUs (CPUs take the radix stage) get
+# 1024 items: 2048 pairs (16 to 24 KiB).
 TILE_ITEMS = {"GPU": 512}
 TILE_ITEMS_OTHER = 1024
 # Merged pairs per work-item of a merge pass: a binary search starts each chunk, so longer
@@ -35,7 +38,8 @@ MERGE_CHUNK = {"GPU": 8}
 MERGE_CHUNK_OTHER = 32
 MAX_ROW = 1 << 30  # positions and run bounds are 32-bit ints in the kernels
 # CPU devices: a row is cut into radix-sorted segments (powers of two, so that the merge
-# passes' runs double from them) only as far as it takes to give every core one: a merge
+# passes' runs double from them) only as far as it takes to give every core one (as many
+# segments as cores, rounded up to a power of two, fewer for many rows): a merge
 # pass costs more than the radix passes it saves (2^20 floats on 2 cores: 38 ms in
 # segments of 2^12, 31 of 2^14, 23 of 2^16, 15 of 2^18, 11 of 2^19, 13 in one segment).
 # Rows up to RUN_SPLIT_MIN are never cut.
@@ -52,6 +56,11 @@ def _pow2_floor(n: int) -> int:
 
 def _pow2_ceil(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
+
+
+def first_stage_for(kind: str) -> str:
+    """The first stage of a sort on a device of `kind`: "runs" on CPUs, "tiles" else."""
+    return "runs" if kind == "CPU" else "tiles"
 
 
 def run_segment(n: int, rows: int, compute_units: int) -> int:
@@ -88,8 +97,7 @@ class SortPlan(LonePlan):
         if n > MAX_ROW:
             raise FusionError(f"rows of {n} elements are longer than the sort supports ({MAX_ROW})")
         values = op.name == "sort"
-        # GPUs sort tiles in local memory; CPUs sort a segment per work-item (codegen/sort.py).
-        first_stage = "runs" if ctx.info.kind == "CPU" else "tiles"
+        first_stage = first_stage_for(ctx.info.kind)
         first_spec = sg.SortSpec("sort", first_stage, src.ir.dtype, values, not values)
         merge_spec = first_spec._replace(stage="merge")
         first = ctx.kernel_for(first_spec)  # both built before anything changes (NeedsCompile)
@@ -125,15 +133,23 @@ class SortPlan(LonePlan):
             n_tiles = _ceil_div(rows * per_row * seg, 2 * items)
         final = per_row == 1
         pool = ctx.pool
-        scratch = []
+        # Scratch: the sorted runs and their positions (merge passes and runs ping-pong
+        # between two pairs); the radix sort's second copy is the second pair, in which
+        # 4-byte keys travel packed with their positions, 8 bytes each (codegen/sort.py).
+        size = rows * n
+        packed = first_stage == "runs" and kbytes == 4
         sizes = []
-        if not final or first_stage == "runs":  # (the radix sort needs its second copy)
-            size = rows * n
-            # The radix sort of 4-byte keys packs key and position in 8 bytes (codegen/sort.py).
-            wide = 8 if first_stage == "runs" and kbytes == 4 else None
-            sizes = [(size * kbytes, size * 4), (size * (wide or kbytes), size * (wide or 4))]
-            scratch = [(pool.alloc(a), pool.alloc(b)) for a, b in sizes]
+        if not final or first_stage == "runs":
+            # (packed rows that fit one segment go from the second pair to the results)
+            first_pair = (0, 0) if final and packed else (size * kbytes, size * 4)
+            sizes = [first_pair, (size * 8, size * 8) if packed else (size * kbytes, size * 4)]
+        scratch: list = []
+        held: list = []  # (buffer, nbytes) taken so far: an allocation failing frees them
         try:
+            for k_bytes, i_bytes in sizes:
+                pair = tuple(pool.alloc(b) if b else None for b in (k_bytes, i_bytes))
+                held += [(buf, b) for buf, b in zip(pair, (k_bytes, i_bytes)) if buf is not None]
+                scratch.append(pair)
             keys, idx = scratch[0] if scratch else (None, None)
             scalars = [in_off, *map(np.int32, (rows, n, seg, op.descending, final))]
             if first_stage == "runs":
@@ -164,7 +180,6 @@ class SortPlan(LonePlan):
                 run, k = 2 * run, k + 1
         finally:  # also when a launch fails: the scratch goes back to the pool
             # The in-order queue runs the passes before any later use of these buffers.
-            for (k_buf, i_buf), (k_bytes, i_bytes) in zip(scratch, sizes):
-                pool.free(k_buf, k_bytes)
-                pool.free(i_buf, i_bytes)
+            for buf, nbytes in held:
+                pool.free(buf, nbytes)
         ctx.mark_ready([e.storage for e in outs])

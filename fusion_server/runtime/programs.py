@@ -64,8 +64,8 @@ def build_kernel(context: cl.Context, source: str, name: str, options: list[str]
     except KernelBuildError as exc:
         # Fresh too: the driver itself loses the kernel (PoCL 3.0 does with some vector
         # code), which is no cache's fault.
-        raise KernelBuildError(f"the OpenCL driver built {name} twice, once bypassing its cache, "
-                               f"and could not create the kernel either time: {exc}") from None
+        raise KernelBuildError(f"the OpenCL driver built {name} but could not create it ({first}); "
+                               f"built again bypassing its cache, it failed too: {exc}") from None
     from .drivers import kernel_cache_of
 
     where = kernel_cache_of(context.devices[0])
