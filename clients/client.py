@@ -337,8 +337,13 @@ class FusionClient:
                 # would cost every op a call, and only blocks look at what is alive.
                 if len(self.drops) > MAX_PENDING_DROPS or server.ended_streams or self.unpins:
                     self._drain()
-                server.register(me, op)
-                return
+                while True:
+                    try:
+                        server.register(me, op)
+                        return
+                    except DroppedTensorError as exc:  # (as in `call`: an input in another inbox)
+                        if not self._register_writer_of(exc.tid):
+                            raise
             except NeedsCompile as need:
                 job = need.job
             except BaseException as exc:

@@ -112,6 +112,35 @@ def test_another_thread_uses_a_value_still_in_the_inbox(channel):
     np.testing.assert_allclose(z.numpy(), (np.sin(a) + 1) * 3, rtol=1e-5)
 
 
+_twice_plus_one = clients.custom.elementwise("twice_plus_one", "x * 2.0f + 1.0f")
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_an_op_registered_at_once_reads_a_value_still_in_another_inbox(channel):
+    """Custom ops (and others that register at once) reading another thread's value that
+    is still in its inbox: that thread's ops are registered first (the stress run found a
+    DroppedTensorError here once the inbox was the default)."""
+    a = rand(50)
+    x = clients.asarray(a)
+    made, done = threading.Event(), threading.Event()
+    box: dict = {}
+
+    def producer():
+        box["y"] = clients.sin(x) + 1.0  # recorded by this thread, not registered
+        made.set()
+        done.wait(TIMEOUT)  # alive meanwhile: its queue is not an ended thread's
+
+    t = threading.Thread(target=producer)
+    t.start()
+    try:
+        assert made.wait(TIMEOUT)
+        got = _twice_plus_one(box["y"]).numpy()
+    finally:
+        done.set()
+        t.join(TIMEOUT)
+    np.testing.assert_allclose(got, (np.sin(a) + 1) * 2 + 1, rtol=1e-5)
+
+
 @pytest.mark.timeout(TIMEOUT)
 def test_an_op_on_an_unknown_tensor_leaves_other_threads_queues_alone(client, monkeypatch):
     """An id no queue makes (its op cut by an interrupt before it was queued, or a bad

@@ -263,23 +263,17 @@ def _long_kernel():
 
 
 @pytest.mark.timeout(300)
-def test_sigint_during_a_long_read_is_acted_on_within_100_ms_and_the_value_stays_readable(client):
+def _read_interrupted(y) -> float | None:
+    """Read `y` with a SIGINT sent 0.2 s into the wait; the seconds from the signal to the
+    KeyboardInterrupt, or None if the read ended first."""
     from fusion_server.runtime import waits
 
-    spin = _long_kernel()
-    x = clients.asarray(np.ones(4096, np.float32))
-    spin(x, rounds=10).numpy()  # built before the timed part
-    start = time.perf_counter()
-    spin(x, rounds=200_000).numpy()
-    took = time.perf_counter() - start
-    y = spin(x, rounds=int(200_000 * 2.0 / max(took, 1e-4)))  # about two seconds on this device
     waiting = threading.Event()
+    sent: list[float] = []
 
     def hook():
         if threading.current_thread() is threading.main_thread():
             waiting.set()
-
-    sent = []
 
     def interrupter():
         assert waiting.wait(60)
@@ -290,14 +284,37 @@ def test_sigint_during_a_long_read_is_acted_on_within_100_ms_and_the_value_stays
     waits.guards.append(hook)
     th = threading.Thread(target=interrupter, daemon=True)
     th.start()
+    caught = None
+    read = False
     try:
-        with pytest.raises(KeyboardInterrupt):
+        try:
             y.numpy()
-        caught = time.perf_counter()
+            read = True
+            th.join(10)  # (a signal sent after the read lands here)
+        except KeyboardInterrupt:
+            caught = time.perf_counter()
     finally:
         waits.guards.remove(hook)
     th.join(10)
-    assert caught - sent[0] < 0.1
+    return None if read or caught is None or not sent else caught - sent[0]
+
+
+def test_sigint_during_a_long_read_is_acted_on_within_100_ms_and_the_value_stays_readable(client):
+    spin = _long_kernel()
+    x = clients.asarray(np.ones(4096, np.float32))
+    spin(x, rounds=10).numpy()  # built before the timed part
+    start = time.perf_counter()
+    spin(x, rounds=200_000).numpy()
+    took = time.perf_counter() - start
+    rounds = int(200_000 * 2.0 / max(took, 1e-4))  # about two seconds on this device
+    for _ in range(3):  # a busy machine measured too slow: the read ended before the signal
+        y = spin(x, rounds=rounds)
+        delay = _read_interrupted(y)
+        if delay is not None:
+            break
+        rounds *= 4
+    assert delay is not None, "every read ended before the signal came"
+    assert delay < 0.1
     got = y.numpy()  # still pending on the device, or done by now: readable either way
     assert got.shape == (4096,) and np.isfinite(got).all()
     assert _lock_is_free(client)
