@@ -243,10 +243,10 @@ class FusionClient:
 
     def _register_writer_of(self, tid: int | None, before: int | None = None) -> bool:
         """Register every thread's ops up to the queued op that makes tensor `tid` (made
-        before `before`, if given), oldest first; False if no queue holds it. Only then:
-        registering runs the blocks that close, and an interrupt while another thread's
-        block runs here would fail that thread's work for an id nobody queued (one whose
-        op an interrupt cut before it was queued)."""
+        before `before`, if given), oldest first; False, registering nothing, if no queue
+        holds it. Registering runs the blocks that close, and an interrupt while another
+        thread's block runs here would fail that thread's work: not for an id nobody
+        queued (one whose op an interrupt cut before it was queued)."""
         if tid is None:
             return False
         for queue in list(self.queues.values()):
