@@ -306,6 +306,9 @@ def _read_interrupted(y) -> tuple[float | None, str]:
 
 
 def test_sigint_during_a_long_read_is_acted_on_within_100_ms_and_the_value_stays_readable(client):
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # (a shell without job control starts background commands so: Ctrl-C cannot reach them)
+        pytest.skip("this process ignores SIGINT")
     spin = _long_kernel()
     x = clients.asarray(np.ones(4096, np.float32))
     spin(x, rounds=10).numpy()  # built before the timed part
@@ -316,13 +319,13 @@ def test_sigint_during_a_long_read_is_acted_on_within_100_ms_and_the_value_stays
         took.append(time.perf_counter() - start)
     rounds = int(200_000 * 2.0 / max(min(took), 1e-4))  # about two seconds on this device
     reports = []
-    for _ in range(4):  # a busy machine measured too slow: the read ended before the signal
+    for _ in range(3):  # a busy machine measured too slow: the read ended before the signal
         y = spin(x, rounds=rounds)
         delay, report = _read_interrupted(y)
         reports.append(f"{rounds} rounds: {report}")
         if delay is not None:
             break
-        rounds *= 8
+        rounds *= 4
     assert delay is not None, f"no read was interrupted: {reports}"
     assert delay < 0.1, reports
     got = y.numpy()  # still pending on the device, or done by now: readable either way

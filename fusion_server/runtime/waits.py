@@ -23,16 +23,15 @@ guards: list[Callable[[], None]] = []
 _interrupts_restored = False
 
 
-def restore_interrupts(again: bool = False) -> None:
-    """Give SIGINT back to Python once drivers are loaded (main thread only); `again`:
-    even if done before (a long wait does it each time, for a driver that loaded later).
+def restore_interrupts() -> None:
+    """Give SIGINT back to Python once drivers are loaded (main thread only).
 
     PoCL replaces the process's SIGINT handler with its own when its platform loads, and
     Ctrl-C then never reaches Python's handler during a wait (measured with PoCL 3.0: a
     6 s read ran to its end). Reinstalling the Python-level handler that is recorded
     restores Python's C handler; the Python-level one is unchanged."""
     global _interrupts_restored
-    if _interrupts_restored and not again or threading.current_thread() is not _main:
+    if _interrupts_restored or threading.current_thread() is not _main:
         return
     _interrupts_restored = True
     handler = signal.getsignal(signal.SIGINT)
@@ -69,9 +68,6 @@ def wait(event: cl.Event | None) -> None:
             return
         if time.perf_counter() - start > SPIN_SECONDS:
             break
-    # A wait this long may be one to interrupt: SIGINT is Python's again, whatever driver
-    # loaded since the first wait (a syscall, against half a millisecond spent already).
-    restore_interrupts(again=True)
     # A helper thread waits in the driver; this one waits on a lock with a timeout, which
     # signals interrupt and after which their handlers run. (An event callback would do
     # the same, but pyopencl then blocks when the event object is freed, until the
