@@ -463,6 +463,11 @@ def common_canaries(fp64: bool) -> list[Canary]:
         Canary("matmul-tiled", dt.float32, _matmul_body, _matrices, (("matmul_strategy", "tiled"),)),
         Canary("sort", dt.float32, lambda ops, x: {"up": ops.sort(x), "down": ops.sort(x, descending=True)},
                lambda d: [_data(d, (2, 5000), 10, nan=True)]),
+        # 8-byte keys (a CPU's radix sort moves them unpacked) and short rows (an insertion sort there)
+        Canary("sort", dt.int64, lambda ops, x: {"up": ops.sort(x), "down": ops.sort(x, descending=True)},
+               lambda d: [_data(d, (2, 5000), 14)]),
+        Canary("sort-short-rows", dt.float32, lambda ops, x: {"up": ops.sort(x)},
+               lambda d: [_data(d, (50, 40), 15, nan=True)]),
         Canary("gather", dt.float32, lambda ops, x, i: {"taken": ops.take(x, i)},
                lambda d: [_data(d, (N,), 12), np.random.default_rng(13).integers(0, N, 999)]),
     ]
