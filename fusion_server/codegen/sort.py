@@ -182,6 +182,16 @@ __kernel void NAME(PARAMETERS)
 """
 
 _RUNS = """
+void prefix_sums(uint *count)  /* a byte's counts to the first position of its keys */
+{
+    uint sum = 0;
+    for (int d = 0; d < 256; ++d) {
+        const uint c = count[d];
+        count[d] = sum;
+        sum += c;
+    }
+}
+
 void sort_run(__global const T *src, const int start, const int len, const long base, const int desc,
               __global KEY *keys_out, __global uint *idx_out, __global KEY *tmp_keys, __global uint *tmp_idx,
               const int final, __global const T *row_in, const long row_at,
@@ -226,12 +236,7 @@ void sort_run(__global const T *src, const int start, const int len, const long 
     for (int p = 0; p < PASSES; ++p) {
         const int shift = 8 * p;
         if (count[p][(first >> shift) & 255u] == (uint)len) continue;  /* one byte for all */
-        uint sum = 0;
-        for (int d = 0; d < 256; ++d) {
-            const uint c = count[p][d];
-            count[p][d] = sum;
-            sum += c;
-        }
+        prefix_sums(count[p]);
         for (int i = 0; i < len; ++i) {  /* in order: equal bytes keep their order */
             const ulong w = wa[i];
             wb[count[p][((uint)(w >> 32) >> shift) & 255u]++] = w;
@@ -246,8 +251,7 @@ void sort_run(__global const T *src, const int start, const int len, const long 
             idx_out[base + i] = (uint)wa[i];
         }
     }
-    return;
-#endif
+#else
     for (int i = 0; i < len; ++i) {  /* keys, positions, and every byte's histogram at once */
         const KEY k = key_of(src[i], desc);
         keys_out[base + i] = k;
@@ -256,18 +260,10 @@ void sort_run(__global const T *src, const int start, const int len, const long 
     }
     __global KEY *ka = keys_out + base, *kb = tmp_keys + base;
     __global uint *ia = idx_out + base, *ib = tmp_idx + base;
-    int last = -1;  /* the last byte that tells keys apart (a byte all keys share is skipped) */
-    for (int p = 0; p < PASSES; ++p)
-        if (count[p][(uint)(ka[0] >> (8 * p)) & 255u] != (uint)len) last = p;
-    for (int p = 0; p <= last; ++p) {
+    for (int p = 0; p < PASSES; ++p) {
         const int shift = 8 * p;
-        if (count[p][(uint)(ka[0] >> shift) & 255u] == (uint)len) continue;
-        uint sum = 0;
-        for (int d = 0; d < 256; ++d) {
-            const uint c = count[p][d];
-            count[p][d] = sum;
-            sum += c;
-        }
+        if (count[p][(uint)(ka[0] >> shift) & 255u] == (uint)len) continue;  /* one byte for all */
+        prefix_sums(count[p]);
         for (int i = 0; i < len; ++i) {  /* in order: equal bytes keep their order */
             const KEY k = ka[i];
             const uint at = count[p][(uint)(k >> shift) & 255u]++;
@@ -286,6 +282,7 @@ void sort_run(__global const T *src, const int start, const int len, const long 
             idx_out[base + i] = ia[i];
         }
     }
+#endif
 }
 
 __kernel void NAME(PARAMETERS)
