@@ -197,16 +197,7 @@ class FusionClient:
                         self._register_queue(me, queue)
                     if self.drops or self.server.ended_streams or self.unpins:
                         self._drain()
-                    while True:
-                        try:
-                            return fn(self.server, *args)
-                        except DroppedTensorError as exc:
-                            # A tensor another thread recorded and has not registered yet:
-                            # register the queues up to its op, in order, and run again (the
-                            # server's entry points look their tensors up before they change
-                            # anything).
-                            if not self._register_writer_of(exc.tid):
-                                raise
+                    return self._with_writers(fn, self.server, *args)
                 except NeedsCompile as need:
                     job = need.job
                 except BaseException as exc:
@@ -240,6 +231,18 @@ class FusionClient:
                 except Exception as exc:  # noqa: BLE001 (an op that cannot be queued: its values fail)
                     server.fail_unregistered(op, exc)
             queue.popleft()
+
+    def _with_writers(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` under the lock; a tensor it names that another thread recorded and
+        has not registered yet has the queues registered up to its op, in order, and `fn`
+        runs again (the server's entry points look their tensors up before they change
+        anything)."""
+        while True:
+            try:
+                return fn(*args)
+            except DroppedTensorError as exc:
+                if not self._register_writer_of(exc.tid):
+                    raise
 
     def _register_writer_of(self, tid: int | None, before: int | None = None) -> bool:
         """Register every thread's ops up to the queued op that makes tensor `tid` (made
@@ -337,13 +340,8 @@ class FusionClient:
                 # would cost every op a call, and only blocks look at what is alive.
                 if len(self.drops) > MAX_PENDING_DROPS or server.ended_streams or self.unpins:
                     self._drain()
-                while True:
-                    try:
-                        server.register(me, op)
-                        return
-                    except DroppedTensorError as exc:  # (as in `call`: an input in another inbox)
-                        if not self._register_writer_of(exc.tid):
-                            raise
+                self._with_writers(server.register, me, op)
+                return
             except NeedsCompile as need:
                 job = need.job
             except BaseException as exc:
