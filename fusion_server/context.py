@@ -100,6 +100,8 @@ class BlockContext:
         # None: per device ("group" on GPUs for long rows, else "loop"); tests force either.
         self.reduce_strategy: str | None = None
         self.matmul_strategy: str | None = None  # likewise: "tiled" (GPUs) or "rows" (CPUs)
+        # None: per device kind (fusers/remap.py); 0 never recomputes a value for a view of it.
+        self.recompute_budget: int | None = None
         self.compile_under_lock = False  # True only for callers that cannot release it
         # A kernel whose vector build fails is built again as scalar code before its block
         # fails (off while qualifying, where a failing vector build is the finding).

@@ -116,6 +116,7 @@ class FusionServer:
     max_bindings = _OnContext()
     reduce_strategy = _OnContext()
     matmul_strategy = _OnContext()
+    recompute_budget = _OnContext()
     compile_under_lock = _OnContext()
     build_fallback = _OnContext()
     in_flight = _OnContext()
@@ -251,7 +252,7 @@ class FusionServer:
 
     # What `reconfigure` may change: what streams are made with.
     SETTINGS = ("mode", "max_bindings", "max_ops", "widths", "reduce_strategy", "matmul_strategy",
-                "fuser_factories", "plan_store_enabled", "build_fallback")
+                "recompute_budget", "fuser_factories", "plan_store_enabled", "build_fallback")
 
     def reconfigure(self, why: str = "settings change", **settings) -> dict:
         """Run every stream's queue, change `settings` (names in SETTINGS), and drop the

@@ -20,8 +20,9 @@ from ..handles import FAILED, PENDING, Entry
 from ..ir import ElementwiseOp, OperationIr, outputs_of, size_of, tensor_inputs
 from ..plans import PlanRejected
 from .base import LimitedFuser
+from .remap import Remap, budget_of, composed_layout, cone_of, op_cost, plan_remap, size_runs, value_target, view_map
 from .trace import bind_slots, index_type, relative_slots, spec_index_value
-from .values import alias_slots, flat_alias, flat_readable, inblock_reads, liveness, needed_values
+from .values import flat_alias, flat_readable, inblock_reads, liveness, needed_values, view_slots
 
 log = logging.getLogger("fusion_server")
 
@@ -46,6 +47,12 @@ class ElementwiseFuser(LimitedFuser):
         # Whether every op so far computes one value from one-element inputs: such a block
         # can grow to a bigger shape, each work-item computing the value again.
         self.all_single = True
+        # Reads of block values through views in another element order, recomputed (see
+        # remap.py): view id -> Remap; the values computed
+        # before the block changed size (readable only through such views), if it did.
+        self.remaps: dict[int, Remap] = {}
+        self.earlier: set[int] | None = None
+        self.remap_bindings = 0
         super().reset()
 
     def score(self) -> int:
@@ -76,6 +83,7 @@ class ElementwiseFuser(LimitedFuser):
         entries = ctx.entries
         single = size_of(shape) == 1 and _single_value(op, entries)
         grows = False
+        resizes = False  # the block changes size here, if this op reads its values through views only
         if ops:
             if shape != self.shape:
                 size = size_of(shape)
@@ -84,6 +92,8 @@ class ElementwiseFuser(LimitedFuser):
                         size = self.size
                     elif self.size == 1 and self.all_single:
                         grows = True  # the block so far is such values: it takes this op's shape
+                    elif self.earlier is None:
+                        resizes = True
                     else:
                         return self._close(f"shape {shape} differs in size from the block's {self.shape}")
             if len(ops) >= self.max_ops:
@@ -91,14 +101,24 @@ class ElementwiseFuser(LimitedFuser):
         else:
             size = size_of(shape)
         values, inputs, aliases = self.values, self.inputs, self.aliases
+        earlier = values | aliases if resizes else self.earlier
         new_ids: list[int] = []
         new_aliases: list[int] = []
+        new_remaps: dict[int, Remap] = {}
         new_scalars = 0
         meta = self.meta
         coords = False  # whether this op reads an input at coordinates of its shape
         for operand in op.inputs:
             if type(operand) is int:
                 if operand in values or operand in aliases or operand in new_aliases:
+                    if resizes:
+                        return self._close(f"shape {shape} differs in size from the block's {self.shape}")
+                    if earlier is not None and operand in earlier:
+                        return self._close(f"reads a value of shape {entries[operand].ir.shape} other than "
+                                           f"through a slice or transpose, in a block of shape {shape}")
+                    continue
+                if operand in self.remaps or operand in new_remaps:
+                    coords = True
                     continue
                 entry = entries[operand]
                 if operand in inputs or operand in new_ids:
@@ -109,10 +129,15 @@ class ElementwiseFuser(LimitedFuser):
                     # but read through another layout: a view of an in-block value.
                     # (Rare: the map of the block's storages is made here, off the hot path.)
                     storages = {id(entries[o.out.id].storage): o.out.id for o in ops if o.out.id in entries}
-                    if flat_alias(entry, storages, entries) is None:
-                        return self._close("reads a view of a value computed in this block, "
-                                           "in another element order")
-                    new_aliases.append(operand)
+                    of = flat_alias(entry, storages, entries)
+                    if of is not None and not (earlier and of in earlier):
+                        new_aliases.append(operand)
+                        continue
+                    remap = self._remap(entry, ctx)
+                    if type(remap) is str:
+                        return self._close(remap)
+                    new_remaps[operand] = remap
+                    coords = True
                     continue
                 new_ids.append(operand)
                 if not meta and not (entry.contiguous and entry.ir.shape == shape):
@@ -120,31 +145,70 @@ class ElementwiseFuser(LimitedFuser):
                 coords = coords or not flat_readable(entry, size)
             else:
                 new_scalars += 1
-        if coords and self.coords is not None and shape != self.coords:
-            return self._close(f"reads at coordinates of {shape}, the block's are {self.coords}")
+        if resizes and not new_remaps:
+            return self._close(f"shape {shape} differs in size from the block's {self.shape}")
+        # Once the block changes size, its earlier ops run in this kernel only as cones recomputed
+        # at the coordinates of the ops that read them.
+        block_coords = None if resizes else self.coords
+        if coords and block_coords is not None and shape != block_coords:
+            return self._close(f"reads at coordinates of {shape}, the block's are {block_coords}")
+        remap_bindings = self.remap_bindings + sum(self._cone_bindings(r, entries) for r in new_remaps.values())
+        if new_remaps:
+            meta = True
         # n, the metadata buffer, inputs, scalars, outputs.
-        fixed = 1 + meta + len(inputs) + len(new_ids) + self.n_scalars + new_scalars
+        fixed = 1 + meta + len(inputs) + len(new_ids) + self.n_scalars + new_scalars + remap_bindings
         if ops and fixed + self.outputs_bound + 1 > self.max_bindings:
             self.outputs_bound = self._count_outputs(ctx)
             if fixed + self.outputs_bound + 1 > self.max_bindings:
                 # (A lone op always runs, whatever it needs.)
                 return self._close(f"binding limit ({self.max_bindings}) reached")
         ops.append(op)
-        if self.shape is None or grows:
+        if self.shape is None or grows or resizes:
             self.shape = shape
             self.size = size
+        if resizes:
+            self.earlier = earlier
         self.all_single = self.all_single and single
-        if coords:
-            self.coords = shape
+        self.coords = shape if coords else block_coords
         values.add(op.out.id)
         if new_ids:
             inputs.update(new_ids)
         if new_aliases:
             aliases.update(new_aliases)
+        if new_remaps:
+            self.remaps.update(new_remaps)
+            self.remap_bindings = remap_bindings
         self.n_scalars += new_scalars
         self.meta = meta
         self.outputs_bound += 1
         return True
+
+    def _remap(self, view: Entry, ctx: BlockContext) -> Remap | str:
+        """How to recompute the block value `view` reads in another element order, or why
+        the block closes instead. (Whether recomputing costs more than writing the value and
+        reading it back is the plan's decision, from the whole block: see _Recipe.)"""
+        ops, entries = self.ops, ctx.entries
+        target = value_target(view, ops, entries)
+        if target is None:
+            return "reads a view of a value being computed elsewhere"
+        remap = plan_remap(view, target, ops, entries)
+        if type(remap) is str:
+            return remap
+        return remap
+
+    def _cone_bindings(self, remap: Remap, entries: dict) -> int:
+        """The arguments a recomputed cone adds: its inputs from outside the block and its scalars."""
+        produced = {self.ops[j].out.id for j in remap.cone}
+        tensors = set()
+        scalars = 0
+        for j in remap.cone:
+            for operand in self.ops[j].inputs:
+                if type(operand) is int:
+                    if operand not in produced:
+                        tensors.add(operand)
+                else:
+                    scalars += 1
+        return len(tensors) + scalars
 
     def finish(self, ctx: BlockContext) -> ElementwisePlan:
         return ElementwisePlan(list(self.ops), self.max_bindings)
@@ -183,37 +247,90 @@ class ElementwisePlan:
         self.replayed = replayed  # from the plan store: no fuser has checked the limits
         self.cache = cache
 
-    def _recipe(self, entries: dict, scalar_exprs: set) -> _Recipe:
-        ops, cache = self.ops, self.cache
+    def _views(self, entries: dict) -> tuple[list, list]:
+        """view_slots of the block (flat aliases, remapped reads), kept in the store's node:
+        its signatures fix them."""
+        cache = self.cache
         if cache is None:
-            slots = alias_slots(ops, entries)
-            aliases = {ops[j].inputs[s]: target for j, s, target in slots} if slots else None
-            return _Recipe(ops, needed_values(ops, entries, None, aliases), scalar_exprs, aliases)
+            return view_slots(self.ops, entries)
+        views = cache.get("views")
+        if views is None:
+            views = cache["views"] = view_slots(self.ops, entries)
+        return views
+
+    def _recipe(self, ctx: BlockContext, views: tuple[list, list]) -> _Recipe:
+        ops, cache, entries = self.ops, self.cache, ctx.entries
+        slots, remap_slots = views
+        aliases = {ops[j].inputs[s]: target for j, s, target in slots} if slots else None
+        remaps = {ops[j].inputs[s]: target for j, s, target in remap_slots} if remap_slots else None
+        counted = {**aliases, **remaps} if aliases and remaps else aliases or remaps
+        budget = budget_of(ctx) if remaps else 0
+        if cache is None:
+            return _Recipe(ops, needed_values(ops, entries, None, counted), ctx.scalar_exprs, aliases, remaps, budget)
         reads = cache.get("reads")
         if reads is None:
-            reads = inblock_reads(ops)
-            cache["aliases"] = alias_slots(ops, entries)  # the store's signatures fix them
-            cache["reads"] = reads  # last: the node is shared, and an interrupt may fall in between
-        slots = cache["aliases"]
-        aliases = {ops[j].inputs[s]: target for j, s, target in slots} if slots else None
-        needed = needed_values(ops, entries, reads, aliases)
-        key = tuple(sorted(needed))
+            reads = cache["reads"] = inblock_reads(ops)
+        needed = needed_values(ops, entries, reads, counted)
+        key = (*sorted(needed), -1 - budget)
         recipe = cache.get(key)
         if recipe is None:
-            recipe = cache[key] = _Recipe(ops, needed, scalar_exprs, aliases)
+            recipe = cache[key] = _Recipe(ops, needed, ctx.scalar_exprs, aliases, remaps, budget)
         return recipe
 
     def execute(self, ctx: BlockContext) -> None:
         ops = self.ops
         entries = ctx.entries
-        recipe = self._recipe(entries, ctx.scalar_exprs)
+        views = self._views(entries)
+        maps = self._view_maps(views[1], entries) if views[1] else None
+        recipe = self._recipe(ctx, views)
+        if recipe.split is not None:
+            self._run_split(ctx, recipe.split, recipe.why_split)
+            return
         if not recipe.trace:
             return
-        in_entries, scalars = bind_slots(ops, recipe.in_slots, recipe.scalar_slots, entries)
-        out_entries = [entries[ops[j].out.id] for j in recipe.needed]
+        in_entries = bind_slots(ops, recipe.in_slots, recipe.scalar_slots, entries)[0]
         if any(e.storage.status == FAILED for e in in_entries):
             run_around_failures(ctx, ops)
             return
+        launch = self._prepare(ctx, recipe, maps)
+        if launch is not None:
+            launch()
+
+    def _run_split(self, ctx: BlockContext, split: int, why: str = "") -> None:
+        """A block that must write a value its later ops read through views (see _Recipe):
+        the ops up to `split` run as one kernel, the rest as another that reads what the
+        first wrote. Both kernels are built before either runs (a build stops the block,
+        which runs again from the start: nothing may have changed by then)."""
+        ops, entries = self.ops, ctx.entries
+        if any(entries[t].storage.status == FAILED for op in ops for t in tensor_inputs(op) if t in entries):
+            run_around_failures(ctx, ops)
+            return
+        parts = [ElementwisePlan(ops[:split], self.max_bindings), ElementwisePlan(ops[split:], self.max_bindings)]
+        launches = []
+        for part in parts:
+            views = part._views(entries)
+            maps = part._view_maps(views[1], entries) if views[1] else None
+            recipe = part._recipe(ctx, views)
+            if recipe.split is not None:  # (one part may split again: it is shorter)
+                launches.append(lambda part=part, split=recipe.split: part._run_split(ctx, split))
+            elif recipe.trace:
+                launches.append(part._prepare(ctx, recipe, maps))
+        note = ctx.note
+        if why and ctx.recorders:
+            ctx.note = f"{note}; {why}" if note else why
+        try:
+            for launch in launches:
+                if launch is not None:
+                    launch()
+        finally:
+            ctx.note = note
+
+    def _prepare(self, ctx: BlockContext, recipe: _Recipe, maps: dict | None):
+        """Everything up to the launch, the kernel built: the launch itself, to call, or
+        None when the block has failed (a build error)."""
+        ops, entries = self.ops, ctx.entries
+        in_entries, scalars = bind_slots(ops, recipe.in_slots, recipe.scalar_slots, entries)
+        out_entries = [entries[ops[j].out.id] for j in recipe.needed]
 
         # Every op has as many elements, or one value broadcast to the block's; inputs
         # read at coordinates are read by ops of one shape (the fuser's rule), whose
@@ -222,16 +339,26 @@ class ElementwisePlan:
         n = size_of(shape)
         classes: list[str] = []
         strides_of: list[tuple[int, ...]] = []
-        for (j, _), e in zip(recipe.in_slots, in_entries):
-            op_shape = ops[j].out.shape
-            if j in recipe.singles:
-                op_shape = shape  # its inputs (one element each) are read broadcast
-            if e.contiguous and e.ir.shape == op_shape:
-                classes.append("contig")
-                strides_of.append(())
-                continue
-            bs = broadcast_strides(e.ir.shape, e.strides, op_shape)
-            cls = classify(op_shape, bs, e.offset)
+        offsets = [e.offset for e in in_entries]
+        for k, (slot, e) in enumerate(zip(recipe.in_slots, in_entries)):
+            j = slot[0]
+            if len(slot) == 4:  # an input of a recomputed cone, read at the view's coordinates
+                reader = ops[slot[2]]
+                view_id = reader.inputs[slot[3]]
+                view = entries[view_id]
+                offsets[k], composed = composed_layout(e, ops[j].out.shape, maps[view_id])
+                op_shape = reader.out.shape
+                bs = broadcast_strides(view.ir.shape, composed, op_shape)
+            else:
+                op_shape = ops[j].out.shape
+                if j in recipe.singles:
+                    op_shape = shape  # its inputs (one element each) are read broadcast
+                if e.contiguous and e.ir.shape == op_shape:
+                    classes.append("contig")
+                    strides_of.append(())
+                    continue
+                bs = broadcast_strides(e.ir.shape, e.strides, op_shape)
+            cls = classify(op_shape, bs, offsets[k])
             if cls == "strided":
                 shape = op_shape
             classes.append(cls)
@@ -239,14 +366,14 @@ class ElementwisePlan:
         strided = [k for k, c in enumerate(classes) if c == "strided"]
         rank = 0
         dims: tuple[int, ...] = ()
-        layouts = [(e.offset, ()) for e in in_entries]
+        layouts = [(o, ()) for o in offsets]
         width = 1 if recipe.scalar_code else ctx.widths.for_dtypes(
             recipe.dtypes.union([e.ir.dtype for e in in_entries]))
         if strided:
             dims, sets = collapse(shape, [strides_of[k] for k in strided])
             rank = len(dims)
             for k, st in zip(strided, sets):
-                layouts[k] = (in_entries[k].offset, st)
+                layouts[k] = (offsets[k], st)
                 if st[-1] == 1:
                     classes[k] = "strided1"
                 elif st[-1] == 0:
@@ -277,28 +404,60 @@ class ElementwisePlan:
                 if self.replayed:  # more values alive than when it was stored: explore instead
                     raise PlanRejected(over)
                 ctx.fail([e.storage for e in out_entries], TensorFailedError(f"{what} failed to build: {over}"))
-                return
+                return None
             # (its scalar variant if the vector build failed: the same parameters, one element each)
             kernel_spec = ctx.build_or_fail(spec, what, out_entries)
             if kernel_spec is None:
-                return
+                return None
             built = recipe.kernels[key] = (kernel_spec.spec, kernel_spec.kernel, params)
         spec, kernel, params = built
-        in_buffers = [e.storage.buffer for e in in_entries]  # before any is donated
-        if None in in_buffers:  # a bug, never a crash on the device: fail the block instead
-            raise RuntimeError("an input of the block has no buffer")
-        try:
-            donors = _donors(ctx, ops, in_entries, classes)
-            out_buffers = [_take_donor(ctx, donors, e) or ctx.allocate(e.storage) for e in out_entries]
-        except Exception as exc:
-            ctx.fail([e.storage for e in out_entries], exc)
-            return
-        if n:
-            meta = [ctx.metadata_buffer(cg.metadata(spec, dims, layouts))] if cg.has_metadata(spec) else []
-            args = sig.bind(params, size=[spec_index_value(index, n)], meta=meta, out=out_buffers,
-                            scalar=scalars, input=in_buffers)
-            ctx.launch_items(kernel, (n + spec.width - 1) // spec.width, args, "elementwise", recipe.names, len(args))
-        ctx.mark_ready([e.storage for e in out_entries])
+
+        def launch() -> None:
+            failed = next((e for e in in_entries if e.storage.status == FAILED), None)
+            if failed is not None:  # (the kernel before it, in a block run as two, failed)
+                ctx.fail([e.storage for e in out_entries], after_failed_input(
+                    f"block ({', '.join(recipe.names)})", failed.ir.id, failed.storage.error))
+                return
+            in_buffers = [e.storage.buffer for e in in_entries]  # before any is donated
+            if None in in_buffers:  # a bug, never a crash on the device: fail the block instead
+                raise RuntimeError("an input of the block has no buffer")
+            try:
+                donors = _donors(ctx, ops, in_entries, classes, recipe.in_slots)
+                out_buffers = [_take_donor(ctx, donors, e) or ctx.allocate(e.storage) for e in out_entries]
+            except Exception as exc:
+                ctx.fail([e.storage for e in out_entries], exc)
+                return
+            if n:
+                meta = [ctx.metadata_buffer(cg.metadata(spec, dims, layouts))] if cg.has_metadata(spec) else []
+                args = sig.bind(params, size=[spec_index_value(index, n)], meta=meta, out=out_buffers,
+                                scalar=scalars, input=in_buffers)
+                note = ctx.note
+                if recipe.recomputed and ctx.recorders:
+                    ctx.note = f"{note}; {recipe.recomputed}" if note else recipe.recomputed
+                try:
+                    ctx.launch_items(kernel, (n + spec.width - 1) // spec.width, args, "elementwise", recipe.names,
+                                     len(args))
+                finally:
+                    ctx.note = note
+            ctx.mark_ready([e.storage for e in out_entries])
+
+        return launch
+
+    def _view_maps(self, remap_slots: list, entries: dict) -> dict:
+        """For each view read in another element order, how it maps onto its value (see
+        view_map). A replayed block whose view no longer maps (same structure, other
+        strides) is explored again; a block the fuser took always maps."""
+        ops = self.ops
+        maps = {}
+        for j, s, target in remap_slots:
+            view_id = ops[j].inputs[s]
+            vm = view_map(entries[view_id], ops[target].out.shape)
+            if vm is None:
+                if self.replayed:
+                    raise PlanRejected("a view of a block value no longer maps onto it")
+                raise RuntimeError("a remapped view of a block value does not map onto it")
+            maps[view_id] = vm
+        return maps
 
 
 class _Recipe:
@@ -307,30 +466,71 @@ class _Recipe:
     scalars, the values written, and the kernels built for it per layout."""
 
     __slots__ = ("needed", "live_ops", "names", "trace", "in_slots", "scalar_slots", "scalar_dtypes",
-                 "outputs", "scalar_code", "dtypes", "kernels", "big", "singles", "single_outputs")
+                 "outputs", "scalar_code", "dtypes", "kernels", "big", "singles", "single_outputs",
+                 "split", "why_split", "recomputed")
 
     def __init__(self, ops: list[ElementwiseOp], needed: set[int], scalar_exprs: set,
-                 aliases: dict[int, int] | None = None):
+                 aliases: dict[int, int] | None = None, remaps: dict[int, int] | None = None, budget: int = 0):
+        self.kernels: dict[tuple, tuple] = {}
+        self.recomputed = self.why_split = ""
+        self.split = None
+        cones = None
+        if remaps:
+            produced = {op.out.id: j for j, op in enumerate(ops)}
+            cones = {view: cone_of(ops, target, produced) for view, target in remaps.items()}
+            self.split, self.why_split = _split_point(ops, needed, remaps, cones, budget)
+            if self.split is not None:
+                self.trace = ()
+                return
+            names = sorted({ops[t].name for t in remaps.values()})
+            self.recomputed = (f"recomputes {', '.join(names)} at {len(remaps)} "
+                               f"view{'s' if len(remaps) > 1 else ''} in another element order")
         live = liveness(ops, needed, aliases)
         self.needed = sorted(needed)
         self.live_ops = [op for j, op in enumerate(ops) if live[j]]
-        self.names = [op.name for op in self.live_ops]
-        trace, self.in_slots, self.scalar_slots, scalar_dtypes, vmap = relative_slots(ops, live, (), aliases)
+        trace, self.in_slots, self.scalar_slots, scalar_dtypes, vmap = relative_slots(ops, live, (), aliases, cones)
+        self.names = [t.name for t in trace]  # (recomputed ops included)
         self.trace = tuple(trace)
         self.scalar_dtypes = tuple(scalar_dtypes)
         self.outputs = tuple(vmap[j] for j in self.needed)
         self.scalar_code = any(needs_scalar_code(t.name, t.compute) or (t.expr, t.compute) in scalar_exprs
                                for t in trace)
         self.dtypes = frozenset(cg.dtypes_of(trace, self.scalar_dtypes))  # (inputs' are added per launch)
-        # The block's shape (its biggest op's), and the ops that compute one value broadcast
-        # to it (their outputs are written once).
+        # The block's shape (its biggest live op's), and the ops that compute one value
+        # broadcast to it (their outputs are written once).
         # (an op's position, not its shape: a recipe serves every block of its plan-store
         # node, whose sizes differ)
-        self.big = max(range(len(ops)), key=lambda j: size_of(ops[j].out.shape))
+        runs = [j for j in range(len(ops)) if live[j]] or list(range(len(ops)))
+        self.big = max(runs, key=lambda j: size_of(ops[j].out.shape))
         big = size_of(ops[self.big].out.shape)
         self.singles = frozenset(j for j, op in enumerate(ops) if big > 1 and size_of(op.out.shape) == 1)
         self.single_outputs = tuple(m for m, j in enumerate(self.needed) if j in self.singles)
-        self.kernels: dict[tuple, tuple] = {}
+
+
+def _split_point(ops: list[ElementwiseOp], needed: set[int], remaps: dict[int, int],
+                 cones: dict[int, tuple[int, ...]], budget: int) -> tuple[int | None, str]:
+    """Where a block with remapped reads runs as two kernels, if it must, and why.
+
+    A value whose views would cost more to recompute than `budget` per element (every
+    view recomputes the value's cone) is written instead, and read back by a second
+    kernel holding every op after it. A block that changed size (size_runs) and must
+    write a value of its first size runs each size as its own kernel."""
+    work: dict[int, int] = {}
+    for view, target in remaps.items():
+        work[target] = work.get(target, 0) + sum(op_cost(ops[j]) for j in cones[view])
+    dear = [t for t, w in work.items() if w > budget]
+    resize = size_runs(ops)
+    if resize is not None and (any(j < resize for j in needed) or any(t < resize for t in dear)):
+        if any(j < resize for j in needed):
+            return resize, "a value of the first shape lives on after the block: each shape runs as its own kernel"
+        t = min(dear)
+    elif dear:
+        t = max(dear)
+    else:
+        return None, ""
+    return (resize if resize is not None and t < resize else t + 1), (
+        f"recomputing {ops[t].name} at its views would cost {work[t]} per element, over the budget of {budget}: "
+        f"written, and read back by the next kernel")
 
 
 def run_around_failures(ctx: BlockContext, ops: list) -> None:
@@ -368,14 +568,17 @@ def run_around_failures(ctx: BlockContext, ops: list) -> None:
             ctx.single_plan(op).execute(ctx)
 
 
-def _donors(ctx: BlockContext, ops: list[ElementwiseOp], in_entries: list[Entry], classes: list[str]) -> list[Entry]:
-    """Inputs whose buffer dies with this block and is read at each element's own index:
-    an output may take the buffer over instead of allocating (in-place reuse)."""
+def _donors(ctx: BlockContext, ops: list[ElementwiseOp], in_entries: list[Entry], classes: list[str],
+            in_slots: list) -> list[Entry]:
+    """Inputs whose buffer dies with this block and is read at each element's own index
+    only (not also by a recomputed cone, at other coordinates): an output may take the
+    buffer over instead of allocating (in-place reuse)."""
     donors = []
+    remapped = {id(e.storage) for e, slot in zip(in_entries, in_slots) if len(slot) == 4}
     for e, cls in zip(in_entries, classes):
         st = e.storage
-        if cls != "contig" or e.alive or st.refs != 1 or st.pins or not st.owned or st.buffer is None \
-                or not ctx.may_donate(st):
+        if cls != "contig" or id(st) in remapped or e.alive or st.refs != 1 or st.pins or not st.owned \
+                or st.buffer is None or not ctx.may_donate(st):
             continue
         reads_here = sum(1 for op in ops for i in op.inputs if i == e.ir.id)
         if e.readers == reads_here:  # nobody after this block reads it

@@ -2,7 +2,8 @@
 
 A block computes some values; it writes those still needed after it (a live handle, a
 later reader, a view, a pin) and runs only the ops those need (backward liveness). A view
-of a block value in the same element order (a flat alias) reads the value's register.
+of a block value in the same element order (a flat alias) reads the value's register; one
+in another order recomputes the value where it reads it (remap.py).
 Shared by every fuser whose blocks hold element-wise ops.
 """
 
@@ -47,10 +48,11 @@ def inblock_reads(ops: list[ElementwiseOp]) -> list[int]:
     return reads
 
 
-def alias_slots(ops: list[ElementwiseOp], entries: dict) -> list[tuple[int, int, int]]:
-    """The operands that read a block value through a flat alias (see flat_alias), as
-    (op position, operand position, position of the op computing the value)."""
-    slots = []
+def view_slots(ops: list[ElementwiseOp], entries: dict) -> tuple[list, list]:
+    """The operands that read a block value through a view, as (op position, operand
+    position, position of the op computing the value): those of flat aliases (see
+    flat_alias), then those of views in another element order (recomputed, remap.py)."""
+    aliases, remaps = [], []
     storages = None
     for j, op in enumerate(ops):
         for s, operand in enumerate(op.inputs):
@@ -67,8 +69,9 @@ def alias_slots(ops: list[ElementwiseOp], entries: dict) -> list[tuple[int, int,
                         storages[id(value.storage)] = k
             target = storages.get(id(e.storage))
             if target is not None and ops[target].out.id != operand:
-                slots.append((j, s, target))
-    return slots
+                flat = e.contiguous and size_of(e.ir.shape) == size_of(ops[target].out.shape)
+                (aliases if flat else remaps).append((j, s, target))
+    return aliases, remaps
 
 
 def needed_values(ops: list[ElementwiseOp], entries: dict, reads: list[int] | None = None,
