@@ -24,6 +24,7 @@ from . import (
     recurring,
     reductions,
     sorting,
+    stencils,
     vectorization,
 )
 
@@ -61,6 +62,14 @@ TARGETS = [
     ("8 threads registering: ops/s", ("recurring", "threads", "8", "ops_per_s"), ">=", None),
     ("sort of 2^20 in 1024 rows: numpy / device (speed)", ("sorting", "cases", "1024 rows", "device_vs_numpy"),
      ">=", None),
+    ("box blur of x ** 2.2: kernels per run", ("stencils", "cases", "box blur (image pipeline)", "kernels_per_run"),
+     "<=", None),
+    ("box blur of x ** 2.2: fused vs numpy (speed)",
+     ("stencils", "cases", "box blur (image pipeline)", "ratios", "fused_vs_numpy"), ">=", 1.0),
+    ("heat step: kernels per run", ("stencils", "cases", "heat step (Laplacian)", "kernels_per_run"), "==", 1),
+    ("heat step: fused vs numpy (speed)", ("stencils", "cases", "heat step (Laplacian)", "ratios", "fused_vs_numpy"),
+     ">=", 1.0),
+    ("x - x.T: kernels per run", ("stencils", "cases", "x - x.T", "kernels_per_run"), "==", 1),
     ("8 threads registering: ops/s vs 1 thread", ("recurring", "threads", "8_over_1"), ">=", 1.0),
     ("jit: 200-op graph, host us per op", ("jit", "graph", "jit_cpu_us_per_op"), "<=", 0.5),
     ("jit: call, fixed CPU us", ("jit", "call_overhead", "fixed_us"), "<=", 15.0),
@@ -154,6 +163,7 @@ def main(argv: list[str] | None = None) -> dict:
     results["vectorization"] = _attempt("vectorization", vectorization, args.size, args.repeat)
     results["recurring"] = _attempt("recurring", recurring, args.size, max(1, args.repeat // 3))
     results["sorting"] = _attempt("sorting", sorting, args.size, args.repeat)
+    results["stencils"] = _attempt("stencils", stencils, args.size, args.repeat)
     results["jit"] = _attempt("jit", jit, args.size, max(5, args.repeat // 2))
     results["seconds"] = time.perf_counter() - start
     results["load_average_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None

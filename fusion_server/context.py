@@ -66,7 +66,7 @@ class KernelRecord:
 def variant_of(spec) -> str:
     """How a kernel was generated, in words, from the spec it was built from."""
     if isinstance(spec, cg.KernelSpec):
-        return f"width {spec.width}"
+        return f"width {spec.width}{' along rows' if spec.rows else ''}"
     if isinstance(spec, rg.ReduceSpec):
         parts = f", {spec.width // spec.acc_width} accumulators" if spec.acc_width else ""
         return f"{spec.strategy}, width {spec.width}{parts}"

@@ -317,3 +317,27 @@ def test_random_permutation_then_reshape(data):
     a = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape)
     t = clients.asarray(a)
     assert_tensor(clients.permute_dims(t, axes).reshape(-1), np.transpose(a, axes).reshape(-1))
+
+
+# -- vectors along rows ---------------------------------------------------------------------
+@pytest.mark.parametrize("cols", [37, 70, 130, 1001])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+def test_strided_rows_of_no_multiple_of_the_width_still_load_vectors(cols, dtype):
+    """Rows that are no multiple of the vector width: vectors along each row, the row's
+    last partial vector element by element (a stencil over 2046-wide rows)."""
+    a = (np.arange(9 * (cols + 3)) % 97).astype(dtype).reshape(9, cols + 3)
+    b = (np.arange(8 * cols) % 13).astype(dtype).reshape(8, cols)
+    t, tb = clients.asarray(a), clients.asarray(b)
+    with clients.inspect() as rec:
+        got = (t[1:, 2:-1] * 2 + t[:-1, 3:] - tb).numpy()
+    np.testing.assert_array_equal(got, a[1:, 2:-1] * dtype(2) + a[:-1, 3:] - b)
+    width = clients.client_for().server.widths.for_dtypes({np.dtype(dtype)})
+    if cols >= 4 * width > 4:
+        assert rec.kernels[0].variant == f"width {width} along rows"
+
+
+def test_the_flat_index_along_rows_counts_every_element():
+    a = np.arange(5 * 75, dtype=np.float32).reshape(5, 75)
+    t = clients.asarray(a)
+    got = (t[:, 3:] + clients.reshape(clients.arange(5 * 72, dtype=clients.float32), (5, 72))).numpy()
+    np.testing.assert_array_equal(got, a[:, 3:] + np.arange(5 * 72, dtype=np.float32).reshape(5, 72))

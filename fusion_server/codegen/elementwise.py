@@ -40,6 +40,13 @@ class KernelSpec(NamedTuple):
     index: str  # "int" or "long"
     rank: int  # collapsed rank used by strided inputs, 0 if none
     single: tuple[int, ...] = ()  # outputs (positions in `outputs`) of one value, written by element 0
+    # Vectors run along rows of the collapsed shape (its last dimension), each row's last
+    # partial vector element by element: strided inputs whose rows are no multiple of the
+    # width still load whole vectors (a stencil over 2046-wide rows).
+    rows: bool = False
+    # Per input, the earlier strided input whose strides it has (the views of one tensor a
+    # stencil reads differ in offset only): its position is computed once. Empty: none.
+    shares: tuple[int, ...] = ()
 
 
 def scalar_variant(spec: KernelSpec) -> KernelSpec | None:
@@ -168,8 +175,11 @@ def _body(spec: KernelSpec, width: int) -> list[str]:
         elif cls == "scalar":
             load = ex.splat(f"in{k}[O{k}]", dtype, width)
         else:
-            pos = " + ".join([f"O{k}"] + [f"c{d} * S{k}_{d}" for d in range(spec.rank)])
-            lines.append(f"const IDX p{k} = {pos};")
+            lead = spec.shares[k] if spec.shares else k
+            if lead == k:
+                walk = " + ".join(f"c{d} * S{k}_{d}" for d in range(spec.rank))
+                lines.append(f"const IDX q{k} = {walk};")
+            lines.append(f"const IDX p{k} = O{k} + q{lead};")
             if width == 1 or cls == "strided":
                 # Width > 1 only reaches here for strided1 / strided0 (see `choose_width`).
                 load = f"in{k}[p{k}]"
@@ -213,8 +223,9 @@ def generate(spec: KernelSpec) -> tuple[str, str]:
         src.append(ex.helper_source(hname, hdtype))
     src.append(f"__kernel void {name}({sig.declare(parameters(spec))})")
     src.append("{")
-    src.append(f"  const IDX idx0 = (IDX)get_global_id(0) * {W};")
-    src.append("  if (idx0 >= n) return;")
+    if not spec.rows:
+        src.append(f"  const IDX idx0 = (IDX)get_global_id(0) * {W};")
+        src.append("  if (idx0 >= n) return;")
     pos = 0
     if spec.rank and uses_strided(spec):
         for d in range(spec.rank):
@@ -229,7 +240,23 @@ def generate(spec: KernelSpec) -> tuple[str, str]:
             for d in range(spec.rank):
                 src.append(f"  const IDX S{k}_{d} = (IDX)meta[{pos}];")
                 pos += 1
-    if W == 1:
+    if spec.rows:
+        last = f"D{spec.rank - 1}"
+        src.append(f"  const IDX chunks = ({last} + {W - 1}) / {W};")
+        src.append("  const IDX gid = (IDX)get_global_id(0);")
+        src.append("  const IDX row = gid / chunks;")
+        src.append(f"  const IDX col = (gid - row * chunks) * {W};")
+        src.append(f"  const IDX idx0 = row * {last} + col;")
+        src.append("  if (idx0 >= n) return;")
+        src.append(f"  if (col + {W} <= {last}) {{")
+        src.append("    const IDX idx = idx0;")
+        src.extend("    " + line for line in _body(spec, W))
+        src.append("  } else {")
+        src.append(f"    for (IDX idx = idx0; idx < idx0 - col + {last}; ++idx) {{")
+        src.extend("      " + line for line in _body(spec, 1))
+        src.append("    }")
+        src.append("  }")
+    elif W == 1:
         src.append("  {")
         src.append("    const IDX idx = idx0;")
         src.extend("    " + line for line in _body(spec, 1))

@@ -26,6 +26,10 @@ from .values import flat_alias, flat_readable, inblock_reads, liveness, needed_v
 
 log = logging.getLogger("fusion_server")
 
+# Rows of a strided block shorter than this many vectors run as scalar code rather than
+# vectors along each row with a scalar tail (see KernelSpec.rows).
+ROW_VECTORS_MIN = 4
+
 class ElementwiseFuser(LimitedFuser):
     """Claims consecutive element-wise ops with one output shape, within the limits."""
 
@@ -364,6 +368,7 @@ class ElementwisePlan:
             classes.append(cls)
             strides_of.append(bs)
         strided = [k for k, c in enumerate(classes) if c == "strided"]
+        rows = False
         rank = 0
         dims: tuple[int, ...] = ()
         layouts = [(o, ()) for o in offsets]
@@ -381,9 +386,20 @@ class ElementwisePlan:
                 else:
                     width = 1
             if dims[-1] % width:
-                width = 1
+                # Vectors along each row, its tail element by element, for rows of a few
+                # vectors at least; shorter rows run as scalar code.
+                rows = dims[-1] >= ROW_VECTORS_MIN * width
+                if not rows:
+                    width = 1
+        shares: tuple[int, ...] = ()
+        if len(strided) > 1:
+            first: dict[tuple[int, ...], int] = {}
+            shares = tuple(first.setdefault(layouts[k][1], k) if classes[k].startswith("strided") else k
+                           for k in range(len(classes)))
+            if all(j == k for k, j in enumerate(shares)):
+                shares = ()
         index = index_type(max((n, *(e.storage.nbytes // e.ir.dtype.itemsize for e in in_entries))))
-        key = (tuple(classes), width, index, rank)
+        key = (tuple(classes), width, index, rank, rows, shares)
         built = recipe.kernels.get(key)
         if built is None:
             spec = cg.KernelSpec(
@@ -395,6 +411,8 @@ class ElementwisePlan:
                 index=index,
                 rank=rank,
                 single=recipe.single_outputs,
+                rows=rows,
+                shares=shares,
             )
             params = cg.parameters(spec)
             bindings = len(params)
@@ -434,9 +452,10 @@ class ElementwisePlan:
                 note = ctx.note
                 if recipe.recomputed and ctx.recorders:
                     ctx.note = f"{note}; {recipe.recomputed}" if note else recipe.recomputed
+                W = spec.width
+                items = n // dims[-1] * ((dims[-1] + W - 1) // W) if spec.rows else (n + W - 1) // W
                 try:
-                    ctx.launch_items(kernel, (n + spec.width - 1) // spec.width, args, "elementwise", recipe.names,
-                                     len(args))
+                    ctx.launch_items(kernel, items, args, "elementwise", recipe.names, len(args))
                 finally:
                     ctx.note = note
             ctx.mark_ready([e.storage for e in out_entries])

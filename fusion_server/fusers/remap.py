@@ -35,12 +35,13 @@ _CALLS = {
     "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
 }
 
-# The recompute work (cost units per output element, summed over the remapped reads of
-# one value) below which a block recomputes rather than closes. Measured with
-# `python -m benchmarks.stencils` (2048^2 float32): on PoCL (2 Zen 4 cores) recomputing a
-# one-add cone at 9 reads (9 units) beats closing by 1.6x, a pow cone at 9 reads (144
-# units) loses by 4x; on the H200 recomputing the pow cone at 9 reads still wins.
-RECOMPUTE_BUDGET = {"GPU": 160, "CPU": 48}
+# The recompute work (cost units per output element, summed over the views of one value)
+# up to which a block recomputes rather than writes the value and reads it back. Measured
+# with `python -m benchmarks.stencils` (box blur of a computed 2048^2 float32 value, 9
+# views): on PoCL 3.0 (2 Zen 4 cores) recomputing wins at 9 units (x * x: 7.1 against
+# 11.5 ms) and 18 (x * 2 + 1: 8.1 against 10.6), loses at 36 (exp: 17.3 against 10.6)
+# and 144 (pow: 340 against 47); on the H200, see BENCHMARKS.md.
+RECOMPUTE_BUDGET = {"GPU": 160, "CPU": 24}
 
 
 class ViewMap(NamedTuple):
