@@ -21,6 +21,7 @@ from . import (
     jit,
     matmul,
     plot,
+    powers,
     recurring,
     reductions,
     sorting,
@@ -62,6 +63,8 @@ TARGETS = [
     ("8 threads registering: ops/s", ("recurring", "threads", "8", "ops_per_s"), ">=", None),
     ("sort of 2^20 in 1024 rows: numpy / device (speed)", ("sorting", "cases", "1024 rows", "device_vs_numpy"),
      ">=", None),
+    ("x ** 2 / x * x (time)", ("powers", "square_over_multiply"), "<=", 1.1),
+    ("x ** 0.5 / sqrt(x) (time)", ("powers", "root_over_sqrt"), "<=", None),
     ("box blur of x ** 2.2: kernels per run", ("stencils", "cases", "box blur (image pipeline)", "kernels_per_run"),
      "<=", None),
     ("box blur of x ** 2.2: fused vs numpy (speed)",
@@ -164,6 +167,7 @@ def main(argv: list[str] | None = None) -> dict:
     results["recurring"] = _attempt("recurring", recurring, args.size, max(1, args.repeat // 3))
     results["sorting"] = _attempt("sorting", sorting, args.size, args.repeat)
     results["stencils"] = _attempt("stencils", stencils, args.size, args.repeat)
+    results["powers"] = _attempt("powers", powers, args.size, args.repeat)
     results["jit"] = _attempt("jit", jit, args.size, max(5, args.repeat // 2))
     results["seconds"] = time.perf_counter() - start
     results["load_average_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None

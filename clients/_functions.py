@@ -221,6 +221,10 @@ def binary(name: str, a: Any, b: Any) -> Tensor:
     if tb and not ta and type(a) in _PY_SCALARS:  # `1.0 - x`: the same, operands swapped
         return _tensor_scalar(name, b, a, True)
     if ta and type(b) in _PY_SCALARS:  # the common `x * 2.0`
+        if name == "pow" and b in _SMALL_POWERS and dt.promote_scalar(a.dtype, b) is a.dtype:
+            power = _small_power(a, b)
+            if power is not None:
+                return power
         return _tensor_scalar(name, a, b, False)
     if ta and _is_scalar(b) or tb and _is_scalar(a):
         t = a if ta else b
@@ -236,6 +240,31 @@ def binary(name: str, a: Any, b: Any) -> Tensor:
         raise TypeError(f"{name} needs at least one tensor operand")
     client = _client_of((a, b))
     return binary(name, _as_tensor(a, client), _as_tensor(b, client))
+
+
+# Exponents whose power is cheaper ops (as numpy and hand-written code do): a kernel
+# argument exponent runs the device's general pow, 60 to 100x dearer than x * x on PoCL.
+_SMALL_POWERS = frozenset((1, 2, 3, 4, -1, 0.5))
+
+
+def _small_power(x: Tensor, p: int | float) -> Tensor | None:
+    """x ** p for an exponent of _SMALL_POWERS, as the cheaper ops giving pow's values
+    (its special cases included: (-inf) ** 0.5 is +inf and (-0.0) ** 0.5 is +0.0); None
+    where none fits (an integer tensor's negative or fractional power)."""
+    if p == 2:
+        return unary("square", x)
+    if p == 3:
+        return binary("multiply", unary("square", x), x)
+    if p == 4:
+        return unary("square", unary("square", x))
+    if p == 1:
+        return unary("positive", x)
+    if x.dtype.kind != "f":
+        return None
+    if p == -1:
+        return _tensor_scalar("divide", x, 1.0, True)
+    root = _tensor_scalar("add", unary("sqrt", x), 0.0, False)  # (+ 0: -0.0 becomes +0.0)
+    return where(_tensor_scalar("equal", x, -math.inf, False), math.inf, root)
 
 
 _FLOATS: dict[tuple[float, np.dtype], np.floating] = {}  # Python float -> its numpy scalar, per dtype

@@ -609,3 +609,64 @@ def test_repeated_python_float_scalars_keep_their_sign_and_value():
         y = clients.asarray(a32.astype(np.float64))
         got = (y * 0.1).numpy()
         assert got.dtype == np.float64 and np.array_equal(got, a32.astype(np.float64) * 0.1)
+
+
+# -- small powers ---------------------------------------------------------------------------
+@pytest.mark.parametrize("p, ops", [
+    (2, ["square"]), (2.0, ["square"]), (3, ["square", "multiply"]), (4, ["square", "square"]),
+    (1, ["positive"]), (-1, ["divide"]), (0.5, ["sqrt", "add", "equal", "where"]),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_small_float_powers_are_cheaper_ops_with_pows_values(p, ops, dtype):
+    """x ** 2 is x * x, not the device's general pow; the values stay pow's (C99's and
+    the Array API's special cases: (-0.0) ** 0.5 is +0.0, (-inf) ** 0.5 is +inf)."""
+    vals = np.array([0.0, -0.0, 1.5, -2.5, np.inf, -np.inf, np.nan, 3e19, 1e-20, 7.0, -1e-3], dtype)
+    t = clients.asarray(vals)
+    with clients.inspect() as rec:
+        got = (t ** p).numpy()
+    assert [k.ops for k in rec.kernels] == [ops]
+    assert got.dtype == dtype
+    with np.errstate(all="ignore"):
+        want = np.array([_c99_pow(float(v), p) for v in vals], dtype)
+    np.testing.assert_allclose(got, want, rtol=2e-7 if dtype == np.float32 else 1e-15, equal_nan=True)
+    zeros = want == 0
+    assert (np.signbit(got[zeros]) == np.signbit(want[zeros])).all()
+
+
+def _c99_pow(v: float, p: float) -> float:
+    """C99's pow for the exponents tested (math.pow raises where C99 returns inf or nan)."""
+    import math
+    if math.isnan(v):
+        return 1.0 if p == 0 else math.nan
+    if v == 0 and p < 0:
+        return math.copysign(math.inf, v) if float(p).is_integer() and int(p) % 2 else math.inf
+    if v < 0 and not float(p).is_integer():
+        return math.inf if v == -math.inf else math.nan
+    try:
+        return math.pow(v, p)
+    except OverflowError:
+        return math.copysign(math.inf, v) if float(p).is_integer() and int(p) % 2 else math.inf
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 1])
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_small_integer_powers_wrap_as_numpy(p, dtype):
+    vals = np.array([-3, 0, 2, 7, 40000, -46341, np.iinfo(dtype).max], dtype)
+    t = clients.asarray(vals)
+    with clients.inspect() as rec:
+        got = (t ** p).numpy()
+    assert "pow" not in rec.kernels[0].ops
+    np.testing.assert_array_equal(got, vals ** p)
+    assert got.dtype == dtype
+
+
+def test_other_exponents_keep_the_general_pow():
+    vals = np.array([0.5, 2.0, 3.0], np.float32)
+    t = clients.asarray(vals)
+    for p in (2.2, -2, 0, 5, 1.5):
+        with clients.inspect() as rec:
+            got = (t ** p).numpy()
+        assert rec.kernels[0].ops == ["pow"]
+        np.testing.assert_allclose(got, vals.astype(np.float64) ** p, rtol=1e-6)
+    ti = clients.asarray(np.array([2, 3], np.int32))
+    assert (ti ** -1).numpy().tolist() == [0, 0]  # an integer's negative power: the general pow's value
