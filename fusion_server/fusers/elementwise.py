@@ -285,7 +285,6 @@ class ElementwisePlan:
         ops = self.ops
         entries = ctx.entries
         views = self._views(entries)
-        maps = self._view_maps(views[1], entries) if views[1] else None
         recipe = self._recipe(ctx, views)
         if recipe.split is not None:
             self._run_split(ctx, recipe.split, recipe.why_split)
@@ -296,7 +295,7 @@ class ElementwisePlan:
         if any(e.storage.status == FAILED for e in in_entries):
             run_around_failures(ctx, ops)
             return
-        launch = self._prepare(ctx, recipe, maps)
+        launch = self._prepare(ctx, recipe, views[1])
         if launch is not None:
             launch()
 
@@ -313,12 +312,11 @@ class ElementwisePlan:
         launches = []
         for part in parts:
             views = part._views(entries)
-            maps = part._view_maps(views[1], entries) if views[1] else None
             recipe = part._recipe(ctx, views)
             if recipe.split is not None:  # (one part may split again: it is shorter)
                 launches.append(lambda part=part, split=recipe.split: part._run_split(ctx, split))
             elif recipe.trace:
-                launches.append(part._prepare(ctx, recipe, maps))
+                launches.append(part._prepare(ctx, recipe, views[1]))
         note = ctx.note
         if why and ctx.recorders:
             ctx.note = f"{note}; {why}" if note else why
@@ -329,77 +327,26 @@ class ElementwisePlan:
         finally:
             ctx.note = note
 
-    def _prepare(self, ctx: BlockContext, recipe: _Recipe, maps: dict | None):
+    def _prepare(self, ctx: BlockContext, recipe: _Recipe, remap_slots: list):
         """Everything up to the launch, the kernel built: the launch itself, to call, or
         None when the block has failed (a build error)."""
         ops, entries = self.ops, ctx.entries
         in_entries, scalars = bind_slots(ops, recipe.in_slots, recipe.scalar_slots, entries)
         out_entries = [entries[ops[j].out.id] for j in recipe.needed]
 
-        # Every op has as many elements, or one value broadcast to the block's; inputs
-        # read at coordinates are read by ops of one shape (the fuser's rule), whose
-        # coordinates the kernel computes.
-        shape = ops[recipe.big].out.shape
-        n = size_of(shape)
-        classes: list[str] = []
-        strides_of: list[tuple[int, ...]] = []
-        offsets = [e.offset for e in in_entries]
-        for k, (slot, e) in enumerate(zip(recipe.in_slots, in_entries)):
-            j = slot[0]
-            if len(slot) == 4:  # an input of a recomputed cone, read at the view's coordinates
-                reader = ops[slot[2]]
-                view_id = reader.inputs[slot[3]]
-                view = entries[view_id]
-                offsets[k], composed = composed_layout(e, ops[j].out.shape, maps[view_id])
-                op_shape = reader.out.shape
-                bs = broadcast_strides(view.ir.shape, composed, op_shape)
-            else:
-                op_shape = ops[j].out.shape
-                if j in recipe.singles:
-                    op_shape = shape  # its inputs (one element each) are read broadcast
-                if e.contiguous and e.ir.shape == op_shape:
-                    classes.append("contig")
-                    strides_of.append(())
-                    continue
-                bs = broadcast_strides(e.ir.shape, e.strides, op_shape)
-            cls = classify(op_shape, bs, offsets[k])
-            if cls == "strided":
-                shape = op_shape
-            classes.append(cls)
-            strides_of.append(bs)
-        strided = [k for k, c in enumerate(classes) if c == "strided"]
-        rows = False
-        rank = 0
-        dims: tuple[int, ...] = ()
-        layouts = [(o, ()) for o in offsets]
-        width = 1 if recipe.scalar_code else ctx.widths.for_dtypes(
-            recipe.dtypes.union([e.ir.dtype for e in in_entries]))
-        if strided:
-            dims, sets = collapse(shape, [strides_of[k] for k in strided])
-            rank = len(dims)
-            for k, st in zip(strided, sets):
-                layouts[k] = (offsets[k], st)
-                if st[-1] == 1:
-                    classes[k] = "strided1"
-                elif st[-1] == 0:
-                    classes[k] = "strided0"
-                else:
-                    width = 1
-            if dims[-1] % width:
-                # Vectors along each row, its tail element by element, for rows of a few
-                # vectors at least; shorter rows run as scalar code.
-                rows = dims[-1] >= ROW_VECTORS_MIN * width
-                if not rows:
-                    width = 1
-        shares: tuple[int, ...] = ()
-        if len(strided) > 1:
-            first: dict[tuple[int, ...], int] = {}
-            shares = tuple(first.setdefault(layouts[k][1], k) if classes[k].startswith("strided") else k
-                           for k in range(len(classes)))
-            if all(j == k for k, j in enumerate(shares)):
-                shares = ()
-        index = index_type(max((n, *(e.storage.nbytes // e.ir.dtype.itemsize for e in in_entries))))
-        key = (tuple(classes), width, index, rank, rows, shares)
+        views = tuple(entries[ops[j].inputs[s]] for j, s, _ in remap_slots)
+        memo_key = (tuple((e.ir.shape, e.strides, e.offset, e.storage.nbytes) for e in in_entries),
+                    tuple((v.ir.shape, v.strides, v.offset) for v in views),
+                    tuple(op.out.shape for op in ops), ctx.widths)
+        layout = recipe.layouts.get(memo_key)
+        if layout is None:
+            maps = self._view_maps(remap_slots, entries) if remap_slots else None
+            layout = _layout(ctx, ops, recipe, in_entries, maps)
+            if len(recipe.layouts) >= 64:  # (sizes that never recur would grow it without bound)
+                recipe.layouts.clear()
+            recipe.layouts[memo_key] = layout
+        n, classes, layouts, dims, width, index, rank, rows, shares = layout
+        key = (classes, width, index, rank, rows, shares)
         built = recipe.kernels.get(key)
         if built is None:
             spec = cg.KernelSpec(
@@ -486,11 +433,12 @@ class _Recipe:
 
     __slots__ = ("needed", "live_ops", "names", "trace", "in_slots", "scalar_slots", "scalar_dtypes",
                  "outputs", "scalar_code", "dtypes", "kernels", "big", "singles", "single_outputs",
-                 "split", "why_split", "recomputed")
+                 "split", "why_split", "recomputed", "layouts")
 
     def __init__(self, ops: list[ElementwiseOp], needed: set[int], scalar_exprs: set,
                  aliases: dict[int, int] | None = None, remaps: dict[int, int] | None = None, budget: int = 0):
         self.kernels: dict[tuple, tuple] = {}
+        self.layouts: dict[tuple, tuple] = {}  # (see _layout)
         self.recomputed = self.why_split = ""
         self.split = None
         cones = None
@@ -524,6 +472,80 @@ class _Recipe:
         big = size_of(ops[self.big].out.shape)
         self.singles = frozenset(j for j, op in enumerate(ops) if big > 1 and size_of(op.out.shape) == 1)
         self.single_outputs = tuple(m for m, j in enumerate(self.needed) if j in self.singles)
+
+
+def _layout(ctx: BlockContext, ops: list[ElementwiseOp], recipe: _Recipe, in_entries: list[Entry],
+            maps: dict | None) -> tuple:
+    """How a block's kernel reads its inputs at these sizes and layouts: (elements,
+    layout classes, per input (offset, collapsed strides), collapsed dims, vector width,
+    index type, rank, rows, shares), the part of the kernel's key and metadata that the
+    entries decide. Kept per recipe by the layouts it was derived from (a replayed block
+    sees the same ones every time)."""
+    entries = ctx.entries
+    # Every op has as many elements, or one value broadcast to the block's; inputs
+    # read at coordinates are read by ops of one shape (the fuser's rule), whose
+    # coordinates the kernel computes.
+    shape = ops[recipe.big].out.shape
+    n = size_of(shape)
+    classes: list[str] = []
+    strides_of: list[tuple[int, ...]] = []
+    offsets = [e.offset for e in in_entries]
+    for k, (slot, e) in enumerate(zip(recipe.in_slots, in_entries)):
+        j = slot[0]
+        if len(slot) == 4:  # an input of a recomputed cone, read at the view's coordinates
+            reader = ops[slot[2]]
+            view_id = reader.inputs[slot[3]]
+            view = entries[view_id]
+            offsets[k], composed = composed_layout(e, ops[j].out.shape, maps[view_id])
+            op_shape = reader.out.shape
+            bs = broadcast_strides(view.ir.shape, composed, op_shape)
+        else:
+            op_shape = ops[j].out.shape
+            if j in recipe.singles:
+                op_shape = shape  # its inputs (one element each) are read broadcast
+            if e.contiguous and e.ir.shape == op_shape:
+                classes.append("contig")
+                strides_of.append(())
+                continue
+            bs = broadcast_strides(e.ir.shape, e.strides, op_shape)
+        cls = classify(op_shape, bs, offsets[k])
+        if cls == "strided":
+            shape = op_shape
+        classes.append(cls)
+        strides_of.append(bs)
+    strided = [k for k, c in enumerate(classes) if c == "strided"]
+    rows = False
+    rank = 0
+    dims: tuple[int, ...] = ()
+    layouts = [(o, ()) for o in offsets]
+    width = 1 if recipe.scalar_code else ctx.widths.for_dtypes(
+        recipe.dtypes.union([e.ir.dtype for e in in_entries]))
+    if strided:
+        dims, sets = collapse(shape, [strides_of[k] for k in strided])
+        rank = len(dims)
+        for k, st in zip(strided, sets):
+            layouts[k] = (offsets[k], st)
+            if st[-1] == 1:
+                classes[k] = "strided1"
+            elif st[-1] == 0:
+                classes[k] = "strided0"
+            else:
+                width = 1
+        if dims[-1] % width:
+            # Vectors along each row, its tail element by element, for rows of a few
+            # vectors at least; shorter rows run as scalar code.
+            rows = dims[-1] >= ROW_VECTORS_MIN * width
+            if not rows:
+                width = 1
+    shares: tuple[int, ...] = ()
+    if len(strided) > 1:
+        first: dict[tuple[int, ...], int] = {}
+        shares = tuple(first.setdefault(layouts[k][1], k) if classes[k].startswith("strided") else k
+                       for k in range(len(classes)))
+        if all(j == k for k, j in enumerate(shares)):
+            shares = ()
+    index = index_type(max((n, *(e.storage.nbytes // e.ir.dtype.itemsize for e in in_entries))))
+    return n, tuple(classes), layouts, dims, width, index, rank, rows, shares
 
 
 def _split_point(ops: list[ElementwiseOp], needed: set[int], remaps: dict[int, int],
