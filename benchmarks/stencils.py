@@ -62,7 +62,7 @@ CASES: dict[str, dict] = {
                                   "cl_value": "pow(v, 2.2f)", "taps": _BLUR_TAPS, "scale": 1 / 9},
     "box blur of x * x": {"value": lambda x: x * x, "stencil": box_blur,
                           "cl_value": "(v * v)", "taps": _BLUR_TAPS, "scale": 1 / 9},
-    "box blur of exp(x)": {"value": clients.exp, "stencil": box_blur, "numpy_value": np.exp,
+    "box blur of exp(x)": {"value": clients.exp, "stencil": box_blur, "numpy_value": np.exp, "torch_value": "exp",
                            "cl_value": "exp(v)", "taps": _BLUR_TAPS, "scale": 1 / 9},
     "heat step (Laplacian)": {"value": lambda x: x * 0.5 + 0.25, "stencil": heat_step,
                               "cl_value": "(v * 0.5f + 0.25f)",
@@ -99,8 +99,10 @@ def _torch_variant(case: dict, a: np.ndarray) -> tuple[str, Any] | None:
     t = torch.from_numpy(a).to(device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
+    value = getattr(torch, case["torch_value"]) if "torch_value" in case else case["value"]
+
     def call() -> Any:
-        out = case["stencil"](case["value"](t))
+        out = case["stencil"](value(t))
         sync()
         return out
 

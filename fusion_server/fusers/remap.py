@@ -39,13 +39,13 @@ _CALLS = {
 # up to which a block recomputes rather than writes the value and reads it back. Measured
 # with `python -m benchmarks.stencils` (2048^2 float32 values; kernel times, recompute
 # against write and read back):
-# - PoCL 3.0, 2 Zen 4 cores: box blur (9 views) of x * x (9 units) 7.1 against 11.5 ms,
-#   of x * 2 + 1 (18) 8.1 against 10.6, of exp(x) (36) 17.3 against 10.6, of x ** 2.2
-#   (144) 340 against 47;
-# - H200: the heat step (6 views of x * 0.5 + 0.25, 12 units) 0.026 against 0.043 ms,
-#   box blur of x * x (9) 0.039 against 0.058, y - y.T (2) 0.044 against 0.058, box blur
-#   of x ** 2.2 (144) 0.185 against 0.054 (pow with an exponent argument is NVIDIA's
-#   dearest call too).
+# - PoCL 3.0, 2 Zen 4 cores: y - y.T (2 units) 11.1 against 12.3 ms, box blur (9 views)
+#   of x * x (9) 2.96 against 3.49, the heat step (6 views of x * 0.5 + 0.25, 12) 4.05
+#   against 5.28, box blur of exp(x) (36) 14.3 against 4.08, of x ** 2.2 (144) 323
+#   against 38.1;
+# - H200: y - y.T 0.043 against 0.056 ms, box blur of x * x 0.038 against 0.057, the
+#   heat step 0.026 against 0.041, box blur of exp(x) 0.036 against 0.048, of x ** 2.2
+#   0.188 against 0.062 (pow with an exponent argument is NVIDIA's dearest call too).
 RECOMPUTE_BUDGET = {"GPU": 48, "CPU": 24}
 
 
