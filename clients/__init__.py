@@ -74,6 +74,7 @@ from ._functions import (
     zeros_like,
 )
 from ._indexing import take
+from ._inspection import __array_namespace_info__
 from ._linalg import matmul
 from ._manipulation import meshgrid, roll, tensordot
 from ._reductions import argmax, argmin, max, mean, min, prod, sum
@@ -143,8 +144,12 @@ def set_mode(mode: str, device: Any = None) -> None:
     _client(device).set_mode(mode)
 
 
+# The standard's name for a new axis in an index: x[:, newaxis].
+newaxis = None
+
 __all__ = [
-    "custom", "from_cl", "jit", "JitFunction", "matmul", "resolve", "__array_api_version__", "all", "any",
+    "custom", "from_cl", "jit", "JitFunction", "matmul", "resolve", "__array_api_version__",
+    "__array_namespace_info__", "newaxis", "all", "any",
     "can_cast", "concat", "eye",
     "finfo", "flip", "iinfo", "isdtype", "linspace", "matrix_transpose", "result_type", "stack", "std", "tril", "triu",
     "var", "vecdot", "take", "meshgrid", "roll", "tensordot", "argmax", "argmin", "max", "mean", "min", "prod", "sum",

@@ -138,3 +138,38 @@ def test_concat_and_stack_errors():
     with pytest.raises(ValueError, match="one shape"):
         xp.stack([a, b])
     np.testing.assert_array_equal(xp.concat([a, b]).numpy(), np.concatenate([a.numpy(), b.numpy()]))
+
+
+# -- the inspection API -----------------------------------------------------------------------
+def test_the_inspection_namespace_describes_devices_dtypes_and_capabilities():
+    info = xp.__array_namespace_info__()
+    assert info.capabilities() == {"boolean indexing": True, "data-dependent shapes": True, "max dimensions": None}
+    assert info.default_device() == xp.default_device()
+    assert xp.default_device() in info.devices()
+    fp64 = xp.client_for().fp64
+    defaults = info.default_dtypes()
+    assert defaults == {"real floating": np.dtype(np.float64 if fp64 else np.float32),
+                        "integral": np.dtype(np.int64), "indexing": np.dtype(np.int64)}
+    names = ["bool", "int32", "int64", "float32"] + (["float64"] if fp64 else [])
+    assert list(info.dtypes()) == names
+    assert list(info.dtypes(kind="integral")) == ["int32", "int64"]
+    assert list(info.dtypes(kind=("bool", "real floating"))) == ["bool", "float32"] + (["float64"] if fp64 else [])
+    assert info.dtypes(kind="complex floating") == {}
+    assert info.dtypes(device=xp.default_device()) == info.dtypes()
+    for dtype in info.dtypes().values():  # every dtype it names works
+        assert xp.zeros((2,), dtype=dtype).numpy().dtype == dtype
+
+
+def test_the_inspection_namespace_refuses_unknown_kinds_and_devices():
+    info = xp.__array_namespace_info__()
+    with pytest.raises(ValueError, match="unknown dtype kind 'floating'"):
+        info.dtypes(kind="floating")
+    with pytest.raises(ValueError, match="not a device of this namespace"):
+        info.dtypes(device="cpu")
+
+
+def test_newaxis_adds_an_axis():
+    a = np.arange(6.0, dtype=np.float32)
+    x = xp.asarray(a)
+    assert xp.newaxis is None
+    np.testing.assert_array_equal(x[:, xp.newaxis].numpy(), a[:, np.newaxis])
