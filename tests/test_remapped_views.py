@@ -168,6 +168,46 @@ def test_replays_recompute_at_each_blocks_own_offsets():
     assert clients.stats()["plan_hits"] > before
 
 
+def test_a_replayed_two_kernel_block_whose_view_no_longer_maps_is_explored_again():
+    """The store's signature of a view says which value it views, not its strides: the
+    second run's view (a transpose of a reshape) has no per-dimension map, found when
+    the replayed block runs; it is explored afresh instead of failing."""
+    rng = np.random.default_rng(0)
+    for flat_view in (False, True, False, True):
+        a, b = rng.random((5, 6), dtype=np.float32), rng.standard_normal((5, 6)).astype(np.float32)
+        x, y = clients.asarray(a), clients.asarray(b)
+        with server_settings(recompute_budget=24):
+            h = x ** 2.2  # two views of pow cost 32: written, the rest in a second kernel
+            k = y * 2
+            v = clients.permute_dims(clients.reshape(k, (6, 5)), (1, 0)) if flat_view else k[::-1]
+            m = h[::-1] + h[:, ::-1] + v
+            del h, k, v
+            got = m.numpy()
+        hn, kn = a ** np.float32(2.2), b * 2
+        vn = kn.reshape(6, 5).T if flat_view else kn[::-1]
+        np.testing.assert_allclose(got, hn[::-1] + hn[:, ::-1] + vn, rtol=1e-5)
+
+
+def test_a_block_cut_twice_launches_each_kernel_once():
+    """A block that changes size, with a dear value on each side: three kernels, all
+    built before the first runs (a build stops the block and runs it again from the
+    start; a kernel launched before it would run twice)."""
+    a, w = rand((9, 8)), rand((8, 8), seed=1)
+    x, tw = clients.asarray(a), clients.asarray(w)
+    before = clients.stats()["kernels_launched"]
+    with server_settings(recompute_budget=0), clients.inspect() as rec:
+        g = clients.log1p(clients.abs(x)) * 0.75  # (ops no other test builds: cold kernels)
+        y = g[1:] * g[:-1]  # the block's second size
+        k = clients.expm1(tw) - 0.125
+        y = y + k.T
+        del g, k
+        got = y.numpy()
+    gn = np.log1p(np.abs(a)) * np.float32(0.75)
+    np.testing.assert_allclose(got, gn[1:] * gn[:-1] + (np.expm1(w) - np.float32(0.125)).T, rtol=1e-5, atol=1e-6)
+    assert len(rec.kernels) == 3
+    assert clients.stats()["kernels_launched"] - before == 3
+
+
 def test_a_view_read_twice_is_recomputed_once():
     a = rand((5, 6))
     x = clients.asarray(a)

@@ -282,50 +282,38 @@ class ElementwisePlan:
         return recipe
 
     def execute(self, ctx: BlockContext) -> None:
-        ops = self.ops
-        entries = ctx.entries
+        for launch in self._launches(ctx, top=True):
+            launch()
+
+    def _launches(self, ctx: BlockContext, top: bool = False) -> list:
+        """The block's launches, every kernel built: one, or those of the two parts of a
+        block that must write a value its later ops read through views (see _Recipe):
+        the ops up to the split run as one kernel, the rest as another that reads what the
+        first wrote. Everything is built before anything runs: a build, or a replayed
+        plan found not to fit, stops the block, which runs again (or is explored) from
+        the start, so nothing may have changed by then. `top`: the block itself, whose
+        inputs may have failed (a part's inputs are the block's or the first part's)."""
+        ops, entries = self.ops, ctx.entries
         views = self._views(entries)
         recipe = self._recipe(ctx, views)
         if recipe.split is not None:
-            self._run_split(ctx, recipe.split, recipe.why_split)
-            return
+            if top and any(entries[t].storage.status == FAILED
+                           for op in ops for t in tensor_inputs(op) if t in entries):
+                run_around_failures(ctx, ops)
+                return []
+            split = recipe.split
+            launches = []
+            for part, cache in zip((ops[:split], ops[split:]), recipe.part_caches):
+                launches += ElementwisePlan(part, self.max_bindings, self.replayed, cache)._launches(ctx)
+            why = recipe.why_split
+            return [_noted(ctx, why, launch) for launch in launches] if why else launches
         if not recipe.trace:
-            return
-        in_entries = bind_slots(ops, recipe.in_slots, recipe.scalar_slots, entries)[0]
-        if any(e.storage.status == FAILED for e in in_entries):
+            return []
+        if top and any(e.storage.status == FAILED for e in bind_slots(ops, recipe.in_slots, (), entries)[0]):
             run_around_failures(ctx, ops)
-            return
+            return []
         launch = self._prepare(ctx, recipe, views[1])
-        if launch is not None:
-            launch()
-
-    def _run_split(self, ctx: BlockContext, split: int, why: str = "") -> None:
-        """A block that must write a value its later ops read through views (see _Recipe):
-        the ops up to `split` run as one kernel, the rest as another that reads what the
-        first wrote. Both kernels are built before either runs (a build stops the block,
-        which runs again from the start: nothing may have changed by then)."""
-        ops, entries = self.ops, ctx.entries
-        if any(entries[t].storage.status == FAILED for op in ops for t in tensor_inputs(op) if t in entries):
-            run_around_failures(ctx, ops)
-            return
-        parts = [ElementwisePlan(ops[:split], self.max_bindings), ElementwisePlan(ops[split:], self.max_bindings)]
-        launches = []
-        for part in parts:
-            views = part._views(entries)
-            recipe = part._recipe(ctx, views)
-            if recipe.split is not None:  # (one part may split again: it is shorter)
-                launches.append(lambda part=part, split=recipe.split: part._run_split(ctx, split))
-            elif recipe.trace:
-                launches.append(part._prepare(ctx, recipe, views[1]))
-        note = ctx.note
-        if why and ctx.recorders:
-            ctx.note = f"{note}; {why}" if note else why
-        try:
-            for launch in launches:
-                if launch is not None:
-                    launch()
-        finally:
-            ctx.note = note
+        return [] if launch is None else [launch]
 
     def _prepare(self, ctx: BlockContext, recipe: _Recipe, remap_slots: list):
         """Everything up to the launch, the kernel built: the launch itself, to call, or
@@ -433,7 +421,7 @@ class _Recipe:
 
     __slots__ = ("needed", "live_ops", "names", "trace", "in_slots", "scalar_slots", "scalar_dtypes",
                  "outputs", "scalar_code", "dtypes", "kernels", "big", "singles", "single_outputs",
-                 "split", "why_split", "recomputed", "layouts")
+                 "split", "why_split", "recomputed", "layouts", "part_caches")
 
     def __init__(self, ops: list[ElementwiseOp], needed: set[int], scalar_exprs: set,
                  aliases: dict[int, int] | None = None, remaps: dict[int, int] | None = None, budget: int = 0):
@@ -448,6 +436,9 @@ class _Recipe:
             self.split, self.why_split = _split_point(ops, needed, remaps, cones, budget)
             if self.split is not None:
                 self.trace = ()
+                # What each part's plan keeps between runs, as a store node's cache does:
+                # a recipe with this split always cuts the same parts.
+                self.part_caches = ({}, {})
                 return
             names = sorted({ops[t].name for t in remaps.values()})
             self.recomputed = (f"recomputes {', '.join(names)} at {len(remaps)} "
@@ -472,6 +463,19 @@ class _Recipe:
         big = size_of(ops[self.big].out.shape)
         self.singles = frozenset(j for j, op in enumerate(ops) if big > 1 and size_of(op.out.shape) == 1)
         self.single_outputs = tuple(m for m, j in enumerate(self.needed) if j in self.singles)
+
+
+def _noted(ctx: BlockContext, why: str, launch):
+    """`launch`, with `why` added to the note inspect() records for its kernel."""
+    def run() -> None:
+        note = ctx.note
+        if ctx.recorders:
+            ctx.note = f"{note}; {why}" if note else why
+        try:
+            launch()
+        finally:
+            ctx.note = note
+    return run
 
 
 def _layout(ctx: BlockContext, ops: list[ElementwiseOp], recipe: _Recipe, in_entries: list[Entry],
