@@ -261,3 +261,73 @@ def stack(arrays: Any, axis: int = 0) -> Tensor:
     if not -ndim <= axis < ndim:
         raise IndexError(f"axis {axis} is out of range for {ndim} dimensions")
     return concat([F.expand_dims(t, axis % ndim) for t in ts], axis=axis % ndim)
+
+
+def moveaxis(x: Tensor, source: int | tuple[int, ...], destination: int | tuple[int, ...]) -> Tensor:
+    """x with the axes `source` moved to `destination` (the others keep their order): a view."""
+    src = (source,) if isinstance(source, int) else tuple(source)
+    dst = (destination,) if isinstance(destination, int) else tuple(destination)
+    if len(src) != len(dst):
+        raise ValueError(f"moveaxis: {len(src)} source axes but {len(dst)} destinations")
+    src = tuple(F._axis(a, x.ndim) for a in src)
+    dst = tuple(F._axis(a, x.ndim) for a in dst)
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise ValueError("moveaxis: repeated axes")
+    order = [a for a in range(x.ndim) if a not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return F.permute_dims(x, tuple(order))
+
+
+def signbit(x: Tensor) -> Tensor:
+    """Whether each element's sign bit is set (True for -0.0 and negative NaNs too)."""
+    if type(x) is not Tensor:
+        x = F._as_tensor(x, None)
+    if x.dtype.kind == "f":
+        return F.binary("less", F.binary("copysign", 1.0, x), 0.0)
+    if x.dtype.kind == "b":
+        return F.full_like(x, False, dtype=dt.bool_)
+    return F.binary("less", x, 0)
+
+
+def reciprocal(x: Tensor) -> Tensor:
+    """1 / x, element-wise, for floating-point tensors."""
+    if type(x) is not Tensor:
+        x = F._as_tensor(x, None)
+    if x.dtype.kind != "f":
+        raise TypeError(f"reciprocal needs a floating-point tensor, not {x.dtype}")
+    return F.binary("divide", 1.0, x)
+
+
+def diff(x: Tensor, /, *, axis: int = -1, n: int = 1, prepend: Any = None, append: Any = None) -> Tensor:
+    """The n-th forward difference along `axis`, as numpy.diff: `x[1:] - x[:-1]` there,
+    `n` times, after joining `prepend` and `append`. Slices of a value computed in the same
+    block fuse with it (diff(exp(x)) is one kernel)."""
+    if type(x) is not Tensor:
+        x = F._as_tensor(x, None)
+    n = operator.index(n)
+    if n < 0:
+        raise ValueError(f"diff: n must be non-negative, got {n}")
+    if x.ndim == 0:
+        raise ValueError("diff needs a tensor of at least one dimension")
+    axis = F._axis(axis, x.ndim)
+    if prepend is not None or append is not None:
+        parts = [] if prepend is None else [_slab(prepend, x, axis)]
+        parts.append(x)
+        if append is not None:
+            parts.append(_slab(append, x, axis))
+        x = concat(parts, axis=axis)
+    head = (slice(None),) * axis
+    step = "not_equal" if x.dtype.kind == "b" else "subtract"  # (numpy's diff of booleans)
+    for _ in range(n):
+        x = F.binary(step, F.getitem(x, head + (slice(1, None),)), F.getitem(x, head + (slice(None, -1),)))
+    return x
+
+
+def _slab(value: Any, x: Tensor, axis: int) -> Tensor:
+    """`value` to join to x along `axis`: a scalar becomes one slice of x's other sizes."""
+    shape = x.shape[:axis] + (1,) + x.shape[axis + 1:]
+    if F._is_scalar(value):
+        return F.full(shape, value, result_type(x, value), device=x.device)
+    t = value if type(value) is Tensor else F._as_tensor(value, x._client)
+    return F.broadcast_to(t, shape) if t.ndim == 0 else t

@@ -173,3 +173,68 @@ def test_newaxis_adds_an_axis():
     x = xp.asarray(a)
     assert xp.newaxis is None
     np.testing.assert_array_equal(x[:, xp.newaxis].numpy(), a[:, np.newaxis])
+
+
+# -- moveaxis, signbit, reciprocal, diff (2023.12 and 2024.12) --------------------------------
+@pytest.mark.parametrize("source, destination", [(0, -1), (-1, 0), ((0, 2), (2, 0)), ((0, 1), (-1, -2)), (1, 1)])
+def test_moveaxis_matches_numpy(source, destination):
+    a = rand((2, 3, 4))
+    np.testing.assert_array_equal(xp.moveaxis(xp.asarray(a), source, destination).numpy(),
+                                  np.moveaxis(a, source, destination))
+
+
+def test_moveaxis_refuses_bad_axes():
+    x = xp.asarray(rand((2, 3)))
+    with pytest.raises(ValueError, match="repeated axes"):
+        xp.moveaxis(x, (0, 0), (0, 1))
+    with pytest.raises(ValueError, match="2 source axes but 1 destinations"):
+        xp.moveaxis(x, (0, 1), 0)
+    with pytest.raises(IndexError):
+        xp.moveaxis(x, 2, 0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.bool_])
+def test_signbit_matches_numpy(dtype):
+    if dtype in (np.float32, np.float64):
+        a = np.array([0.0, -0.0, 1.5, -2.0, np.inf, -np.inf, np.nan, -np.nan], dtype)
+    else:
+        a = np.array([-3, 0, 2, -1], dtype)
+    got = xp.signbit(xp.asarray(a)).numpy()
+    np.testing.assert_array_equal(got, np.signbit(a))
+    assert got.dtype == np.bool_
+
+
+def test_reciprocal_of_floats_only():
+    a = np.array([2.0, -0.0, 0.0, np.inf, 3e-39], np.float32)
+    np.testing.assert_array_equal(xp.reciprocal(xp.asarray(a)).numpy(), np.reciprocal(a))
+    with pytest.raises(TypeError, match="floating-point"):
+        xp.reciprocal(xp.asarray(np.array([1, 2], np.int32)))
+
+
+@pytest.mark.parametrize("axis, n", [(-1, 1), (0, 1), (1, 2), (2, 3), (1, 0)])
+def test_diff_matches_numpy(axis, n):
+    a = rand((4, 5, 6))
+    np.testing.assert_allclose(xp.diff(xp.asarray(a), axis=axis, n=n).numpy(), np.diff(a, axis=axis, n=n),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_diff_of_a_computed_value_is_one_kernel():
+    a = rand((6, 7))
+    with xp.inspect() as rec:
+        got = xp.diff(xp.exp(xp.asarray(a)), axis=0).numpy()
+    np.testing.assert_allclose(got, np.diff(np.exp(a), axis=0), rtol=1e-5, atol=1e-6)
+    assert len(rec.kernels) == 1
+
+
+def test_diff_with_prepend_append_ints_and_booleans():
+    i = np.array([1, 5, 2, 9], np.int32)
+    np.testing.assert_array_equal(xp.diff(xp.asarray(i), prepend=3).numpy(), np.diff(i, prepend=3))
+    a = rand((3, 4))
+    got = xp.diff(xp.asarray(a), axis=0, prepend=xp.asarray(a[:1]), append=0.5).numpy()
+    np.testing.assert_allclose(got, np.diff(a, axis=0, prepend=a[:1], append=np.float32(0.5)), rtol=1e-6, atol=1e-6)
+    b = np.array([True, False, False, True])
+    np.testing.assert_array_equal(xp.diff(xp.asarray(b)).numpy(), np.diff(b))
+    with pytest.raises(ValueError, match="at least one dimension"):
+        xp.diff(xp.asarray(np.float32(1.0)))
+    with pytest.raises(ValueError, match="non-negative"):
+        xp.diff(xp.asarray(i), n=-1)
