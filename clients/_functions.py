@@ -614,15 +614,24 @@ def permute_dims(x: Tensor, axes: Sequence[int]) -> Tensor:
     return _view(x, tuple(x.shape[a] for a in axes), tuple(st[a] for a in axes), x._offset)
 
 
-def expand_dims(x: Tensor, axis: int = 0) -> Tensor:
-    """x with a new size-1 dimension at `axis` (a view)."""
-    ndim = x.ndim + 1
-    if not -ndim <= axis < ndim:
-        raise IndexError(f"axis {axis} is out of range for {ndim} dimensions")
-    axis %= ndim
-    shape = x.shape[:axis] + (1,) + x.shape[axis:]
-    st = x.strides_elements
-    return _view(x, shape, st[:axis] + (0,) + st[axis:], x._offset)
+def expand_dims(x: Tensor, axis: int | Sequence[int] = 0) -> Tensor:
+    """x with new size-1 dimensions at `axis` (an int, or a tuple of positions in the
+    result, negative ones counted from its end): a view."""
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    ndim = x.ndim + len(axes)
+    places = []
+    for a in axes:
+        a = operator.index(a)
+        if not -ndim <= a < ndim:
+            raise IndexError(f"axis {a} is out of range for {ndim} dimensions")
+        places.append(a % ndim)
+    if len(set(places)) != len(places):
+        raise ValueError(f"expand_dims: repeated axes {tuple(axes)}")
+    shape, strides = list(x.shape), list(x.strides_elements)
+    for a in sorted(places):
+        shape.insert(a, 1)
+        strides.insert(a, 0)
+    return _view(x, tuple(shape), tuple(strides), x._offset)
 
 
 def squeeze(x: Tensor, axis: int | Sequence[int] | None = None) -> Tensor:

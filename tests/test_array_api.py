@@ -238,3 +238,18 @@ def test_diff_with_prepend_append_ints_and_booleans():
         xp.diff(xp.asarray(np.float32(1.0)))
     with pytest.raises(ValueError, match="non-negative"):
         xp.diff(xp.asarray(i), n=-1)
+
+
+@pytest.mark.parametrize("axis", [0, -1, (0, -1), (1, 3), (-1, -2), (0, 1, 2)])
+def test_expand_dims_with_several_axes_matches_numpy(axis):
+    a = rand((2, 3))
+    got = xp.expand_dims(xp.asarray(a), axis=axis)
+    np.testing.assert_array_equal(got.numpy(), np.expand_dims(a, axis))
+
+
+def test_expand_dims_refuses_repeated_and_out_of_range_axes():
+    x = xp.asarray(rand((2, 3)))
+    with pytest.raises(ValueError, match="repeated axes"):
+        xp.expand_dims(x, axis=(1, -3))
+    with pytest.raises(IndexError, match="out of range"):
+        xp.expand_dims(x, axis=(0, 4))
