@@ -331,3 +331,22 @@ def _slab(value: Any, x: Tensor, axis: int) -> Tensor:
         return F.full(shape, value, result_type(x, value), device=x.device)
     t = value if type(value) is Tensor else F._as_tensor(value, x._client)
     return F.broadcast_to(t, shape) if t.ndim == 0 else t
+
+
+def count_nonzero(x: Tensor, /, *, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Tensor:
+    """How many elements along `axis` (None: all) are not zero, as int64: one fused
+    comparison and sum."""
+    if type(x) is not Tensor:
+        x = F._as_tensor(x, None)
+    return R.sum(F.binary("not_equal", x, False if x.dtype.kind == "b" else 0), axis=axis, keepdims=keepdims)
+
+
+def unstack(x: Tensor, /, *, axis: int = 0) -> tuple[Tensor, ...]:
+    """The slices of x along `axis`, as a tuple of views."""
+    if type(x) is not Tensor:
+        x = F._as_tensor(x, None)
+    if x.ndim == 0:
+        raise ValueError("unstack needs a tensor of at least one dimension")
+    axis = F._axis(axis, x.ndim)
+    head = (slice(None),) * axis
+    return tuple(F.getitem(x, head + (i,)) for i in range(x.shape[axis]))

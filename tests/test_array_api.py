@@ -253,3 +253,36 @@ def test_expand_dims_refuses_repeated_and_out_of_range_axes():
         xp.expand_dims(x, axis=(1, -3))
     with pytest.raises(IndexError, match="out of range"):
         xp.expand_dims(x, axis=(0, 4))
+
+
+@pytest.mark.parametrize("axis, keepdims", [(None, False), (0, False), (1, True), ((0, 2), False), (-1, True)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.bool_])
+def test_count_nonzero_matches_numpy(axis, keepdims, dtype):
+    a = (np.arange(2 * 3 * 4).reshape(2, 3, 4) % 3).astype(dtype)
+    if dtype == np.float32:
+        a[0, 0, 0] = np.nan  # not zero
+        a[1, 1, 1] = -0.0  # zero
+    got = xp.count_nonzero(xp.asarray(a), axis=axis, keepdims=keepdims)
+    want = np.count_nonzero(a, axis=axis, keepdims=keepdims)
+    np.testing.assert_array_equal(got.numpy(), want)
+    assert got.dtype == np.int64
+
+
+def test_count_nonzero_is_one_kernel():
+    a = rand((8, 16))
+    with xp.inspect() as rec:
+        got = xp.count_nonzero(xp.asarray(a) > 0.5, axis=1).numpy()
+    np.testing.assert_array_equal(got, np.count_nonzero(a > 0.5, axis=1))
+    assert len(rec.kernels) == 1
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_unstack_matches_numpy(axis):
+    a = rand((2, 3, 4))
+    parts = xp.unstack(xp.asarray(a), axis=axis)
+    want = [np.take(a, i, axis=axis) for i in range(a.shape[axis])]
+    assert isinstance(parts, tuple) and len(parts) == len(want)
+    for got, w in zip(parts, want):
+        np.testing.assert_array_equal(got.numpy(), w)
+    with pytest.raises(ValueError, match="at least one dimension"):
+        xp.unstack(xp.asarray(np.float32(1.0)))
