@@ -20,7 +20,7 @@ from ..handles import FAILED, PENDING, Entry
 from ..ir import ElementwiseOp, OperationIr, outputs_of, size_of, tensor_inputs
 from ..plans import PlanRejected
 from .base import LimitedFuser
-from .remap import Remap, budget_of, composed_layout, cone_of, op_cost, plan_remap, size_runs, value_target, view_map
+from .remap import budget_of, composed_layout, cone_cost, cone_of, plan_remap, size_runs, value_target, view_map
 from .trace import bind_slots, index_type, relative_slots, spec_index_value
 from .values import flat_alias, flat_readable, inblock_reads, liveness, needed_values, view_slots
 
@@ -52,9 +52,9 @@ class ElementwiseFuser(LimitedFuser):
         # can grow to a bigger shape, each work-item computing the value again.
         self.all_single = True
         # Reads of block values through views in another element order, recomputed (see
-        # remap.py): view id -> Remap; the values computed
-        # before the block changed size (readable only through such views), if it did.
-        self.remaps: dict[int, Remap] = {}
+        # remap.py): view id -> the cone it recomputes; the values computed before the
+        # block changed size (readable only through such views), if it did.
+        self.remaps: dict[int, tuple[int, ...]] = {}
         self.earlier: set[int] | None = None
         self.remap_bindings = 0
         super().reset()
@@ -108,7 +108,7 @@ class ElementwiseFuser(LimitedFuser):
         earlier = values | aliases if resizes else self.earlier
         new_ids: list[int] = []
         new_aliases: list[int] = []
-        new_remaps: dict[int, Remap] = {}
+        new_remaps: dict[int, tuple[int, ...]] = {}
         new_scalars = 0
         meta = self.meta
         coords = False  # whether this op reads an input at coordinates of its shape
@@ -156,7 +156,7 @@ class ElementwiseFuser(LimitedFuser):
         block_coords = None if resizes else self.coords
         if coords and block_coords is not None and shape != block_coords:
             return self._close(f"reads at coordinates of {shape}, the block's are {block_coords}")
-        remap_bindings = self.remap_bindings + sum(self._cone_bindings(r, entries) for r in new_remaps.values())
+        remap_bindings = self.remap_bindings + sum(self._cone_bindings(cone) for cone in new_remaps.values())
         if new_remaps:
             meta = True
         # n, the metadata buffer, inputs, scalars, outputs.
@@ -187,25 +187,22 @@ class ElementwiseFuser(LimitedFuser):
         self.outputs_bound += 1
         return True
 
-    def _remap(self, view: Entry, ctx: BlockContext) -> Remap | str:
-        """How to recompute the block value `view` reads in another element order, or why
-        the block closes instead. (Whether recomputing costs more than writing the value and
-        reading it back is the plan's decision, from the whole block: see _Recipe.)"""
+    def _remap(self, view: Entry, ctx: BlockContext) -> tuple[int, ...] | str:
+        """The cone to recompute for the block value `view` reads in another element order,
+        or why the block closes instead. (Whether recomputing costs more than writing the
+        value and reading it back is the plan's decision, from the whole block: see _Recipe.)"""
         ops, entries = self.ops, ctx.entries
         target = value_target(view, ops, entries)
         if target is None:
             return "reads a view of a value being computed elsewhere"
-        remap = plan_remap(view, target, ops, entries)
-        if type(remap) is str:
-            return remap
-        return remap
+        return plan_remap(view, target, ops, entries)
 
-    def _cone_bindings(self, remap: Remap, entries: dict) -> int:
+    def _cone_bindings(self, cone: tuple[int, ...]) -> int:
         """The arguments a recomputed cone adds: its inputs from outside the block and its scalars."""
-        produced = {self.ops[j].out.id for j in remap.cone}
+        produced = {self.ops[j].out.id for j in cone}
         tensors = set()
         scalars = 0
-        for j in remap.cone:
+        for j in cone:
             for operand in self.ops[j].inputs:
                 if type(operand) is int:
                     if operand not in produced:
@@ -309,17 +306,20 @@ class ElementwisePlan:
             return [_noted(ctx, why, launch) for launch in launches] if why else launches
         if not recipe.trace:
             return []
-        if top and any(e.storage.status == FAILED for e in bind_slots(ops, recipe.in_slots, (), entries)[0]):
+        in_entries, scalars = bind_slots(ops, recipe.in_slots, recipe.scalar_slots, entries)
+        if top and any(e.storage.status == FAILED for e in in_entries):
             run_around_failures(ctx, ops)
             return []
-        launch = self._prepare(ctx, recipe, views[1])
-        return [] if launch is None else [launch]
+        launch = self._prepare(ctx, recipe, views[1], in_entries, scalars)
+        if launch is None:
+            return []
+        return [_noted(ctx, recipe.recomputed, launch) if recipe.recomputed else launch]
 
-    def _prepare(self, ctx: BlockContext, recipe: _Recipe, remap_slots: list):
+    def _prepare(self, ctx: BlockContext, recipe: _Recipe, remap_slots: list, in_entries: list[Entry],
+                 scalars: list):
         """Everything up to the launch, the kernel built: the launch itself, to call, or
         None when the block has failed (a build error)."""
         ops, entries = self.ops, ctx.entries
-        in_entries, scalars = bind_slots(ops, recipe.in_slots, recipe.scalar_slots, entries)
         out_entries = [entries[ops[j].out.id] for j in recipe.needed]
 
         views = tuple(entries[ops[j].inputs[s]] for j, s, _ in remap_slots)
@@ -384,15 +384,9 @@ class ElementwisePlan:
                 meta = [ctx.metadata_buffer(cg.metadata(spec, dims, layouts))] if cg.has_metadata(spec) else []
                 args = sig.bind(params, size=[spec_index_value(index, n)], meta=meta, out=out_buffers,
                                 scalar=scalars, input=in_buffers)
-                note = ctx.note
-                if recipe.recomputed and ctx.recorders:
-                    ctx.note = f"{note}; {recipe.recomputed}" if note else recipe.recomputed
                 W = spec.width
                 items = n // dims[-1] * ((dims[-1] + W - 1) // W) if spec.rows else (n + W - 1) // W
-                try:
-                    ctx.launch_items(kernel, items, args, "elementwise", recipe.names, len(args))
-                finally:
-                    ctx.note = note
+                ctx.launch_items(kernel, items, args, "elementwise", recipe.names, len(args))
             ctx.mark_ready([e.storage for e in out_entries])
 
         return launch
@@ -562,20 +556,21 @@ def _split_point(ops: list[ElementwiseOp], needed: set[int], remaps: dict[int, i
     write a value of its first size runs each size as its own kernel."""
     work: dict[int, int] = {}
     for view, target in remaps.items():
-        work[target] = work.get(target, 0) + sum(op_cost(ops[j]) for j in cones[view])
+        work[target] = work.get(target, 0) + cone_cost(ops, cones[view])
     dear = [t for t, w in work.items() if w > budget]
     resize = size_runs(ops)
-    if resize is not None and (any(j < resize for j in needed) or any(t < resize for t in dear)):
-        if any(j < resize for j in needed):
-            return resize, "a value of the first shape lives on after the block: each shape runs as its own kernel"
-        t = min(dear)
-    elif dear:
-        t = max(dear)
-    else:
+    if resize is not None and any(j < resize for j in needed):
+        return resize, "a value of the first shape lives on after the block: each shape runs as its own kernel"
+    if not dear:
         return None, ""
-    return (resize if resize is not None and t < resize else t + 1), (
-        f"recomputing {ops[t].name} at its views would cost {work[t]} per element, over the budget of {budget}: "
-        f"written, and read back by the next kernel")
+    t = min(dear)
+    if resize is None or t >= resize:
+        t = max(dear)  # (every op up to the last dear value runs in the first kernel)
+        split = t + 1
+    else:
+        split = resize
+    return split, (f"recomputing {ops[t].name} at its views would cost {work[t]} per element, over the budget of "
+                   f"{budget}: written, and read back by the next kernel")
 
 
 def run_around_failures(ctx: BlockContext, ops: list) -> None:

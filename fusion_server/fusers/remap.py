@@ -104,14 +104,6 @@ def composed_layout(entry: Entry, op_shape: tuple[int, ...], vm: ViewMap) -> tup
     return offset, strides
 
 
-class Remap(NamedTuple):
-    """A read of value `target` (an op position) through a view, and the ops it recomputes."""
-
-    target: int
-    cone: tuple[int, ...]  # positions of the block ops `target` depends on, itself last
-    cost: int  # what computing the cone costs per element (see _OP_COST)
-
-
 def op_cost(op: ElementwiseOp) -> int:
     if op.expr is not None:
         return _CALL_COST  # a custom expression: priced like a library call
@@ -132,9 +124,14 @@ def cone_of(ops: list[ElementwiseOp], target: int, produced: dict[int, int]) -> 
     return tuple(sorted(cone))
 
 
-def plan_remap(view: Entry, target: int, ops: list[ElementwiseOp], entries: dict) -> Remap | str:
-    """How a read of `view`, a view of the value of `ops[target]`, can be recomputed, or
-    why it cannot (the reason a block closes)."""
+def cone_cost(ops: list[ElementwiseOp], cone: tuple[int, ...]) -> int:
+    """What computing the cone costs per element (see _OP_COST)."""
+    return sum(op_cost(ops[j]) for j in cone)
+
+
+def plan_remap(view: Entry, target: int, ops: list[ElementwiseOp], entries: dict) -> tuple[int, ...] | str:
+    """The cone a read of `view`, a view of the value of `ops[target]`, recomputes, or
+    why it cannot be recomputed (the reason a block closes)."""
     shape = ops[target].out.shape
     if view_map(view, shape) is None:
         return "reads a view of a value computed in this block that no slice or transpose makes"
@@ -151,7 +148,7 @@ def plan_remap(view: Entry, target: int, ops: list[ElementwiseOp], entries: dict
                 e = entries.get(operand)
                 if e is None or e.storage.status == PENDING:
                     return "reads a view of a value that reads another view of a block value"
-    return Remap(target, cone, sum(op_cost(ops[j]) for j in cone))
+    return cone
 
 
 def budget_of(ctx) -> int:
