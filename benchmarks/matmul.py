@@ -17,6 +17,10 @@ Each result is checked against numpy's float64 product (rtol 1e-3). Reported: ti
 GFLOP/s (2*M*N*K / time), kernel time on the device of fused and eager, and ours /
 cuBLAS (cuBLAS time / fused time: the share of cuBLAS's speed reached).
 
+Layouts: the same product with A, B or both stored transposed (`a.T @ w` with `a` stored
+K x M, ...), fused against cuBLAS (or numpy where there is none) on the same transposed
+operands; ours / peer as a speed ratio, and the kernel variant the plan chose.
+
     python -m benchmarks.matmul [--n N] [--repeat N] [--out DIR]
 """
 
@@ -169,6 +173,52 @@ def run(n: int | None = None, repeat: int = 10) -> dict:
     }
     if "cuBLAS" in timings:
         out["ours_over_cublas"] = out["ratios"]["fused_vs_cuBLAS"]
+    out["layouts"] = layouts(a, w, bias, want, max(MIN_REPEAT, min(repeat, counts["fused"])))
+    return out
+
+
+def layouts(a: np.ndarray, w: np.ndarray, bias: np.ndarray, want: np.ndarray, repeat: int) -> dict:
+    """The fused product with each operand stored row-major or transposed, against the
+    peer on the same operands: {layout: {variant, ours_over_peer, ...}}."""
+    try:
+        import torch
+        gpu = torch.cuda.is_available()
+    except ImportError:
+        gpu = False
+    out = {}
+    for a_t, w_t in ((False, False), (True, False), (False, True), (True, True)):
+        name = ("A^T" if a_t else "A") + " @ " + ("B^T" if w_t else "B")
+        sa, sw = (np.ascontiguousarray(v.T) if t else v for v, t in ((a, a_t), (w, w_t)))
+        ta, tw, tb = clients.asarray(sa), clients.asarray(sw), clients.asarray(bias)
+        xa, xw = (ta.T if a_t else ta), (tw.T if w_t else tw)
+        kernels: list = []
+
+        def ours(xa=xa, xw=xw, tb=tb, kernels=kernels) -> clients.Tensor:
+            with clients.inspect() as rec:
+                result = clients.maximum(xa @ xw + tb, 0)
+            clients.sync()
+            kernels[:] = rec.kernels
+            return result
+
+        if gpu:
+            ga, gw, gb = (torch.from_numpy(v).cuda() for v in (sa, sw, bias))
+            pa, pw = (ga.T if a_t else ga), (gw.T if w_t else gw)
+
+            def peer(pa=pa, pw=pw, gb=gb) -> Any:
+                result = torch.relu(torch.addmm(gb, pa, pw))
+                torch.cuda.synchronize()
+                return result
+        else:
+            na, nw = (sa.T if a_t else sa), (sw.T if w_t else sw)
+
+            def peer(na=na, nw=nw) -> Any:
+                return np.maximum(na @ nw + bias, 0)
+        _check(f"fused {name}", ours().numpy(), want)
+        timings = common.time_rounds({"fused": ours, "peer": peer}, repeat, warmup=1)
+        out[name] = {"variant": kernels[0].variant if kernels else "", "kernels": len(kernels),
+                     "fused_ms": common.ms(timings["fused"].median), "peer_ms": common.ms(timings["peer"].median),
+                     "peer": "cuBLAS" if gpu else "numpy",
+                     "ours_over_peer": common.ratio(timings["peer"], timings["fused"])}
     return out
 
 
@@ -193,6 +243,12 @@ def report(result: dict) -> None:
             f"{mode} {common.ms(d['median_s']):.3g} ms ({d['gflop_per_s']:.0f} GFLOP/s)" for mode, d in dev.items()))
     if "ours_over_cublas" in result:
         print(f"ours / cuBLAS (speed): {result['ours_over_cublas']['of_medians']:.2f}")
+    rows = [[name, r["variant"], r["fused_ms"], r["peer_ms"], r["ours_over_peer"]["of_medians"]]
+            for name, r in result.get("layouts", {}).items()]
+    if rows:
+        peer = next(iter(result["layouts"].values()))["peer"]
+        common.print_table("operand layouts (maximum(x @ y + bias, 0))",
+                           ["layout", "our kernel", "fused ms", f"{peer} ms", f"ours / {peer} (speed)"], rows)
     for note in result["notes"]:
         print(f"note: {note}")
 

@@ -73,6 +73,9 @@ def variant_of(spec) -> str:
     if isinstance(spec, mg.MatmulSpec):
         if spec.strategy == "rows":
             return f"rows, {spec.vector_bytes}-byte vectors"
+        if spec.operands:
+            buffered = ", double-buffered" if spec.double_buffer else ""
+            return f"tiled, tile {spec.tile}, aligned {spec.operands}, depth {spec.depth}{buffered}"
         return f"tiled, tile {spec.tile}"
     return ""
 

@@ -158,3 +158,78 @@ def test_index_dependent_work_after_a_matmul_runs_in_its_own_kernel():
     want = a @ a
     want[0] = 5.0
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def _operand(a: np.ndarray, transposed: bool) -> clients.Tensor:
+    """`a` as a tensor, row-major or as the transpose of a row-major copy of a.T."""
+    return clients.asarray(np.ascontiguousarray(a.T)).T if transposed else clients.asarray(a)
+
+
+_LAYOUTS = [(False, False), (False, True), (True, False), (True, True)]
+
+
+@pytest.mark.parametrize("mkn, a_t, b_t", [(mkn, *t) for mkn in [(128, 64, 128), (200, 96, 68), (4, 16, 4)]
+                                           for t in _LAYOUTS]
+                         # the large tile, row-major and with A transposed (its double-buffered kernel)
+                         + [((2048, 32, 2048), False, False), ((2048, 32, 2048), True, False)])
+def test_aligned_tiles_read_every_layout_and_ragged_edge(mkn, a_t, b_t):
+    """The GPU kernel for contiguous, aligned operands (forced on any device): row-major and
+    transposed operands, edges that are no multiple of the tile (rows past them are
+    clamped), both tile sizes, single and double buffering, the epilogue fused."""
+    from tests.conftest import server_settings
+
+    m, k, n = mkn
+    a, w, bias = rand((m, k), seed=11), rand((k, n), seed=12), rand(n, seed=13)
+    with server_settings(matmul_strategy="tiled"), clients.inspect() as rec:
+        got = clients.maximum(_operand(a, a_t) @ _operand(w, b_t) + clients.asarray(bias), 0.0).numpy()
+    np.testing.assert_allclose(got, np.maximum(a @ w + bias, 0), rtol=1e-4, atol=1e-4)
+    layout = ("m" if a_t else "k") + ("k" if b_t else "n")
+    tile = 128 if m * n >= 2048 * 2048 else 64
+    assert len(rec.kernels) == 1 and rec.kernels[0].kind == "matmul"
+    assert rec.kernels[0].variant.startswith(f"tiled, tile {tile}, aligned {layout}, depth "), rec.kernels[0].variant
+
+
+def test_aligned_tiles_batched_and_integer():
+    from tests.conftest import server_settings
+
+    rng = np.random.default_rng(3)
+    a = rng.integers(-50, 50, (3, 1, 72, 48)).astype(np.int32)
+    w = rng.integers(-50, 50, (2, 48, 36)).astype(np.int32)
+    with server_settings(matmul_strategy="tiled"), clients.inspect() as rec:
+        got = (clients.asarray(a) @ clients.asarray(w) - 7).numpy()
+        picked = (clients.asarray(a)[:, :, 8:] @ clients.asarray(w)).numpy()  # offset 8 rows: still aligned
+    np.testing.assert_array_equal(got, a @ w - 7)
+    np.testing.assert_array_equal(picked, a[:, :, 8:] @ w)
+    assert all("aligned kn" in r.variant for r in rec.kernels), [r.variant for r in rec.kernels]
+
+
+def test_operands_that_are_not_aligned_take_the_element_kernel():
+    from tests.conftest import server_settings
+
+    a, w = rand((64, 65), seed=14), rand((64, 64), seed=15)
+    x, tw = clients.asarray(a), clients.asarray(w)
+    with server_settings(matmul_strategy="tiled"), clients.inspect() as rec:
+        shifted = (x[:, 1:] @ tw).numpy()  # offset 1: no aligned vector
+        odd = (x[:, :63] @ tw[:63]).numpy()  # a depth of 63 divides no step
+        strided = (x[:, ::2][:, :32] @ tw[:32]).numpy()  # neither dimension contiguous
+    np.testing.assert_allclose(shifted, a[:, 1:] @ w, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(odd, a[:, :63] @ w[:63], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(strided, a[:, ::2][:, :32] @ w[:32], rtol=1e-4, atol=1e-4)
+    assert [r.variant for r in rec.kernels] == ["tiled, tile 64"] * 3
+
+
+def test_the_aligned_tile_rules():
+    from fusion_server.codegen import matmul as mg
+
+    f32, row_major = np.dtype(np.float32), ((0, 64, 1), (0, 64, 1))
+    assert mg.aligned_tiles(f32, 128, *row_major, [], 64, 64, 64, 48 * 1024) == ("kn", 16, True)
+    assert mg.aligned_tiles(f32, 128, (0, 1, 64), (0, 64, 1), [], 64, 64, 64, 48 * 1024) == ("mn", 8, True)
+    # a K of 40 takes the next depth of the table; 12 KiB of local memory, the single-buffered
+    # depth 32 (two 32 x 132 tiles: 33 KiB) does not fit, nor anything in 8 KiB
+    assert mg.aligned_tiles(f32, 128, *row_major, [], 64, 64, 40, 48 * 1024) == ("kn", 8, True)
+    assert mg.aligned_tiles(f32, 128, *row_major, [], 64, 64, 64, 20 * 1024) == ("kn", 8, True)
+    assert mg.aligned_tiles(f32, 128, *row_major, [], 64, 64, 64, 8 * 1024) is None
+    assert mg.aligned_tiles(np.dtype(np.float64), 128, *row_major, [], 64, 64, 64, 48 * 1024) is None
+    assert mg.aligned_tiles(f32, 128, (4, 64, 1), (0, 64, 1), [(2, 4096, 0)], 64, 64, 64, 48 * 1024) is not None
+    assert mg.aligned_tiles(f32, 128, (0, 64, 1), (0, 64, 1), [(2, 4098, 0)], 64, 64, 64, 48 * 1024) is None
+    assert mg.aligned_tiles(f32, 128, (0, 1, 64), (0, 64, 1), [], 62, 64, 64, 48 * 1024) is None  # m % 4 along m

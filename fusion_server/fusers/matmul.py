@@ -102,12 +102,17 @@ class MatmulPlan:
         sa = broadcast_strides(ea.ir.shape[:-2], ea.strides[:-2], batch_shape)
         sb = broadcast_strides(eb.ir.shape[:-2], eb.strides[:-2], batch_shape)
         classes, layouts, out_rank = ep.layouts(prod.ir.dtype, epi_entries[1:], out_shape)
-        meta = mg.metadata((ea.offset, ea.strides[-2], ea.strides[-1]), (eb.offset, eb.strides[-2], eb.strides[-1]),
-                           list(zip(batch_shape, sa, sb)), out_shape, out_rank, layouts)
+        a_layout, b_layout = (ea.offset, ea.strides[-2], ea.strides[-1]), (eb.offset, eb.strides[-2], eb.strides[-1])
+        batch = list(zip(batch_shape, sa, sb))
+        meta = mg.metadata(a_layout, b_layout, batch, out_shape, out_rank, layouts)
         biggest = max(size_of(out_shape), ea.storage.nbytes // ea.ir.dtype.itemsize,
                       eb.storage.nbytes // eb.ir.dtype.itemsize)
         index = index_type(biggest)
         strategy = ctx.matmul_strategy or ("tiled" if ctx.info.kind == "GPU" else "rows")
+        tile = 128 if strategy == "tiled" and m * n * nbatch >= 2048 * 2048 else 64
+        aligned = mg.aligned_tiles(mm.compute, tile, a_layout, b_layout, batch, m, n, k, ctx.info.local_mem_bytes) \
+            if strategy == "tiled" else None
+        operands, depth, double = aligned or ("", mg.TK, False)
         spec = mg.MatmulSpec(
             dtype=mm.compute,
             epilogue=cg.KernelSpec(tuple(trace), tuple(classes), tuple(sdt), tuple(outputs), 1, index, out_rank),
@@ -115,10 +120,13 @@ class MatmulPlan:
             index=index,
             out_rank=out_rank,
             strategy=strategy,
-            tile=128 if strategy == "tiled" and m * n * nbatch >= 2048 * 2048 else 64,
+            tile=tile,
             # (at most 64 bytes: the register block of the rows layout fills AVX-512's registers)
             vector_bytes=min(64, mm.compute.itemsize * ctx.widths.of_size(mm.compute.itemsize))
             if strategy == "rows" else 64,
+            operands=operands,
+            depth=depth,
+            double_buffer=double,
         )
         built = ctx.build_or_fail(spec, "matmul block", out_entries)  # its scalar variant if the vector build failed
         if built is None:

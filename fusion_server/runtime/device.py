@@ -43,6 +43,14 @@ class DeviceInfo:
         return tuple(int(p) for p in found.group(0).split(".")) if found else ()
 
     @property
+    def local_mem_bytes(self) -> int:
+        """Local memory per work-group (32 KiB, the standard's minimum, if the driver will not say)."""
+        try:
+            return int(self.device.local_mem_size)
+        except (cl.Error, AttributeError, TypeError):
+            return 32 * 1024
+
+    @property
     def vector_width(self) -> int:
         """Elements per work-item of vectorized element-wise and reduction kernels, as the
         device prefers them (qualification may narrow them per element size).
