@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from fusion_server.dtypes import bool_ as bool
-from fusion_server.dtypes import float32, float64, int32, int64
+from fusion_server.dtypes import float32, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64
 from fusion_server.errors import (
     DeviceError,
     DeviceMemoryError,
@@ -167,6 +167,7 @@ __all__ = [
     "broadcast_arrays", "broadcast_shapes", "broadcast_to", "client_for", "clip", "default_device", "devices",
     "from_dlpack",
     "empty", "empty_like", "expand_dims", "flush", "float32", "float64", "full", "full_like",
-    "inspect", "int32", "int64", "ones", "ones_like", "permute_dims", "reshape", "set_mode",
+    "inspect", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "ones", "ones_like", "permute_dims", "reshape", "set_mode",
     "squeeze", "stats", "sync", "where", "zeros", "zeros_like", *_UNARY, *_BINARY,
 ]

@@ -192,7 +192,9 @@ _COMPARISONS = frozenset(("equal", "not_equal", "less", "less_equal", "greater",
 
 def _wide_enough(dtype: np.dtype, value: int) -> np.dtype:
     """A dtype in which an integer tensor compares exactly with `value` (as numpy 2 does)."""
-    for candidate in (dtype, dt.int64):
+    # (every integer dtype but uint64 fits in int64; float64 orders a negative value below
+    # every uint64 and one past the range above it)
+    for candidate in (dtype, dt.int64) if dtype != dt.uint64 else (dtype,):
         info = np.iinfo(candidate)
         if info.min <= value <= info.max:
             return candidate
@@ -232,7 +234,7 @@ def binary(name: str, a: Any, b: Any) -> Tensor:
         s = b if ta else a
         if type(s) is TracedScalar:
             s = s.value
-        if type(s) is int and name in _COMPARISONS and dtype.kind == "i":
+        if type(s) is int and name in _COMPARISONS and dtype.kind in "iu":
             dtype = _wide_enough(dtype, s)
         compute, out_dtype = _resolve(name, dtype)
         return _elementwise(name, (a, b), dtype, compute, out_dtype, t._client, t.shape)
@@ -284,7 +286,7 @@ def _tensor_scalar(name: str, a: Tensor, b: bool | int | float, swapped: bool) -
                 _FLOATS[(b, da)] = value
     else:
         dtype = dt.promote_scalar(da, b)
-        if type(b) is int and name in _COMPARISONS and dtype.kind == "i":
+        if type(b) is int and name in _COMPARISONS and dtype.kind in "iu":
             dtype = _wide_enough(dtype, b)
         value = dt.scalar_value(b, dtype)
     compute, out_dtype = _RESOLVED.get((name, dtype)) or _resolve(name, dtype)
@@ -416,8 +418,7 @@ def _default_dtype(source: np.dtype) -> np.dtype:
     if source.kind == "b":
         return dt.bool_
     if source.kind in "iu":
-        # int32 holds every int8/16/32 and uint8/16 value.
-        return dt.int32 if source.itemsize < 4 or (source.kind == "i" and source.itemsize == 4) else dt.int64
+        return np.dtype(source.newbyteorder("="))
     if source.kind == "f":
         return dt.float32 if source.itemsize <= 4 else dt.float64
     return dt.normalize(source)

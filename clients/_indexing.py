@@ -320,7 +320,7 @@ def _value_for(x: Tensor, value: Any) -> Tensor | bool | int | float:
     if isinstance(value, np.generic):  # before Python scalars: np.float64 is a float
         return x.dtype.type(value).item()  # cast as numpy does, then a kernel argument
     if isinstance(value, _PY_SCALARS):
-        ok = kind == "b" if isinstance(value, bool) else kind in "if" if isinstance(value, int) else kind == "f"
+        ok = kind == "b" if isinstance(value, bool) else kind in "iuf" if isinstance(value, int) else kind == "f"
         if not ok:
             raise TypeError(f"cannot assign a Python {type(value).__name__} to a {x.dtype.name} tensor")
         dt.scalar_value(value, x.dtype)  # OverflowError for an int that does not fit

@@ -16,7 +16,7 @@ from . import devices as _devices
 from ._array_api import _KINDS
 
 # The dtypes this namespace has, by the standard's names, in its order.
-_DTYPES = {"bool": dt.bool_, "int32": dt.int32, "int64": dt.int64, "float32": dt.float32, "float64": dt.float64}
+_DTYPES = {d.name: d for d in dt.SUPPORTED}
 
 def _device_info(device: Any):
     if device is None:

@@ -49,7 +49,7 @@ def _accumulator(name: str, dtype: np.dtype, client) -> np.dtype:
             # float32 sums accumulate in float64 where the device has it: more exact than
             # numpy's pairwise float32 sum, and free on bandwidth-bound reductions.
             return dt.float64 if client.fp64 else dtype
-        return dt.int64
+        return dt.uint64 if dt.is_unsigned(dtype) else dt.int64
     return dtype
 
 
@@ -73,7 +73,7 @@ def _reduce(name: str, x: Any, axis: Any, keepdims: bool, dtype: Any = None) -> 
     if name in ("argmax", "argmin"):
         out_dtype = dt.int64
     elif name in ("sum", "prod"):
-        out_dtype = requested or (x.dtype if dt.is_float(x.dtype) else dt.int64)
+        out_dtype = requested or (x.dtype if dt.is_float(x.dtype) else acc)
     else:
         out_dtype = x.dtype
     shape = _out_shape(x, axes, keepdims)
@@ -84,12 +84,14 @@ def _reduce(name: str, x: Any, axis: Any, keepdims: bool, dtype: Any = None) -> 
 
 
 def sum(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
-    """Sum over `axis` (None: all); ints and bools sum to int64, as numpy."""
+    """Sum over `axis` (None: all); signed ints and bools sum to int64, unsigned ints to
+    uint64, as numpy."""
     return _reduce("sum", x, axis, keepdims, dtype)
 
 
 def prod(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor:
-    """Product over `axis` (None: all); ints and bools multiply to int64, as numpy."""
+    """Product over `axis` (None: all); signed ints and bools multiply to int64, unsigned
+    ints to uint64, as numpy."""
     return _reduce("prod", x, axis, keepdims, dtype)
 
 

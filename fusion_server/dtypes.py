@@ -5,17 +5,18 @@ from __future__ import annotations
 import numpy as np
 
 bool_ = np.dtype(np.bool_)
+int8 = np.dtype(np.int8)
+int16 = np.dtype(np.int16)
 int32 = np.dtype(np.int32)
 int64 = np.dtype(np.int64)
+uint8 = np.dtype(np.uint8)
+uint16 = np.dtype(np.uint16)
+uint32 = np.dtype(np.uint32)
+uint64 = np.dtype(np.uint64)
 float32 = np.dtype(np.float32)
 float64 = np.dtype(np.float64)
 
-SUPPORTED: tuple[np.dtype, ...] = (bool_, int32, int64, float32, float64)
-
-# Known to the code generator but not yet to users: device qualification runs canaries of
-# every element size (1, 2, 4 and 8 bytes), and these are its 1- and 2-byte integers.
-int8 = np.dtype(np.int8)
-int16 = np.dtype(np.int16)
+SUPPORTED: tuple[np.dtype, ...] = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float32, float64)
 
 # bool is stored as one byte holding 0 or 1, exactly like numpy's bool.
 CL_NAME: dict[np.dtype, str] = {
@@ -24,20 +25,16 @@ CL_NAME: dict[np.dtype, str] = {
     int16: "short",
     int32: "int",
     int64: "long",
+    uint8: "uchar",
+    uint16: "ushort",
+    uint32: "uint",
+    uint64: "ulong",
     float32: "float",
     float64: "double",
 }
 
 # The signed integer type whose element size matches, for vector select() masks.
-CL_MASK_NAME: dict[np.dtype, str] = {
-    bool_: "char",
-    int8: "char",
-    int16: "short",
-    int32: "int",
-    int64: "long",
-    float32: "int",
-    float64: "long",
-}
+CL_MASK_NAME: dict[np.dtype, str] = {d: {1: "char", 2: "short", 4: "int", 8: "long"}[d.itemsize] for d in CL_NAME}
 
 
 def is_float(dtype: np.dtype) -> bool:
@@ -45,7 +42,12 @@ def is_float(dtype: np.dtype) -> bool:
 
 
 def is_int(dtype: np.dtype) -> bool:
-    return dtype.kind == "i"
+    """Signed or unsigned integers."""
+    return dtype.kind in "iu"
+
+
+def is_unsigned(dtype: np.dtype) -> bool:
+    return dtype.kind == "u"
 
 
 def is_bool(dtype: np.dtype) -> bool:
@@ -87,7 +89,7 @@ def promote_scalar(a: np.dtype, value: bool | int | float) -> np.dtype:
     if isinstance(value, bool):
         return a
     if isinstance(value, int):
-        return a if a.kind in "if" else int64
+        return a if a.kind in "iuf" else int64
     return a if a.kind == "f" else float64
 
 
@@ -95,7 +97,7 @@ def scalar_value(value: bool | int | float, dtype: np.dtype) -> np.generic:
     """`value` as a numpy scalar of `dtype`; OverflowError when it does not fit."""
     if dtype.kind == "f":
         return dtype.type(value)
-    if dtype.kind == "i" and isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    if dtype.kind in "iu" and isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         info = np.iinfo(dtype)
         if not info.min <= int(value) <= info.max:
             raise OverflowError(f"Python integer {value} out of bounds for {dtype.name}")

@@ -58,8 +58,9 @@ def float_of(dtype: np.dtype) -> np.dtype:
     """The float dtype an op that needs floats computes in, numpy's choice for ints."""
     if dt.is_float(dtype):
         return dtype
-    # numpy gives float16 for bool; float32 is the smallest float here.
-    return dt.float32 if dt.is_bool(dtype) else dt.float64
+    # numpy gives float16 for bool and 1-byte integers, float32 for 2-byte ones; float32
+    # is the smallest float here.
+    return dt.float32 if dtype.itemsize <= 2 else dt.float64
 
 
 def resolve(name: str, in_dtypes: tuple[np.dtype, ...]) -> tuple[np.dtype, np.dtype]:
@@ -80,7 +81,7 @@ def resolve(name: str, in_dtypes: tuple[np.dtype, ...]) -> tuple[np.dtype, np.dt
             raise TypeError(f"{name} is not supported for bool tensors")
         return d, d
     if rule == "float":
-        f = float_of(d)
+        f = dt.float64 if name == "divide" and dt.is_int(d) else float_of(d)  # (numpy: int / int is float64)
         return f, f
     if rule == "compare":
         return d, dt.bool_

@@ -150,9 +150,11 @@ def test_the_inspection_namespace_describes_devices_dtypes_and_capabilities():
     defaults = info.default_dtypes()
     assert defaults == {"real floating": np.dtype(np.float64 if fp64 else np.float32),
                         "integral": np.dtype(np.int64), "indexing": np.dtype(np.int64)}
-    names = ["bool", "int32", "int64", "float32"] + (["float64"] if fp64 else [])
+    ints = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+    names = ["bool", *ints, "float32"] + (["float64"] if fp64 else [])
     assert list(info.dtypes()) == names
-    assert list(info.dtypes(kind="integral")) == ["int32", "int64"]
+    assert list(info.dtypes(kind="integral")) == ints
+    assert list(info.dtypes(kind="unsigned integer")) == ints[4:]
     assert list(info.dtypes(kind=("bool", "real floating"))) == ["bool", "float32"] + (["float64"] if fp64 else [])
     assert info.dtypes(kind="complex floating") == {}
     assert info.dtypes(device=xp.default_device()) == info.dtypes()

@@ -31,8 +31,7 @@ def vector_access(dtypes: set, width: int) -> list[str]:
     if width == 1:
         return []
     lines = [f"#ifdef {PLAIN_VECTORS}"]
-    for dtype in sorted(dtypes, key=str):
-        base = dt.CL_NAME[dtype]
+    for base in sorted({dt.CL_NAME[d] for d in dtypes}):  # (bool and uint8 are both uchar)
         attributes = f"ext_vector_type({width}), aligned(sizeof({base}))"
         lines.append(f"typedef {base} {base}{width}_u __attribute__(({attributes}));")
     lines += ["#define VLOAD(T, W, p) (*(__global const T##W##_u*)(p))",
@@ -156,6 +155,17 @@ def helper_source(name: str, compute: np.dtype) -> str:
                 "  return mod;"
             ),
         }[name]
+    elif dt.is_unsigned(compute):
+        # Division by zero traps on CPUs: numpy gives 0 there.
+        body = {
+            "floor_divide": "return b == 0 ? 0 : a / b;",
+            "remainder": "return b == 0 ? 0 : a % b;",
+            "pow": (
+                f"{t} r = 1;\n"
+                "  while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }\n"
+                "  return r;"
+            ),
+        }[name]
     else:
         # Integer division by zero (or MIN / -1) traps on CPUs: numpy gives 0 there.
         body = {
@@ -204,10 +214,12 @@ def emit(
         # OpenCL takes the count modulo the width; numpy shifts every bit out instead:
         # 0 for a left shift, the sign for a right one (negative counts count as huge).
         zero = f"(({T})(0))"
-        in_range = f"(({b}) >= {zero}) & (({b}) < (({T})({compute.itemsize * 8})))"
+        bits = f"(({b}) < (({T})({compute.itemsize * 8})))"
+        unsigned = dt.is_unsigned(compute)  # (no negative counts or values: no tests of them)
+        in_range = bits if unsigned else f"(({b}) >= {zero}) & {bits}"
         if name == "bitwise_left_shift":
             return pick(in_range, f"(({a}) << ({b}))", zero, width), compute
-        sign = pick(f"({a}) < {zero}", f"(({T})(-1))", zero, width)
+        sign = zero if unsigned else pick(f"({a}) < {zero}", f"(({T})(-1))", zero, width)
         return pick(in_range, f"(({a}) >> ({b}))", sign, width), compute
     if name == "maximum" or name == "minimum":
         if isf:
@@ -228,6 +240,8 @@ def emit(
         zero, one = f"(({T})(0))", f"(({T})(1))"
         # numpy: sign(nan) is nan and sign(-0.0) is +0.0; 0 + a * 0 gives exactly that.
         rest = f"({zero} + ({a}) * {zero})" if isf else zero
+        if dt.is_unsigned(compute):
+            return pick(f"({a}) > {zero}", one, zero, width), compute
         return pick(f"({a}) > {zero}", one, pick(f"({a}) < {zero}", f"-{one}", rest, width), width), compute
     if name == "tanh" and isf:
         # Some device libraries (PoCL's) give +-(1 - ulp) for every large argument, inf
@@ -242,7 +256,9 @@ def emit(
     if name == "abs":
         if isf:
             return f"fabs({a})", compute
-        return (a, compute) if isb else (pick(f"({a}) < (({T})(0))", f"-({a})", a, width), compute)
+        if isb or dt.is_unsigned(compute):
+            return a, compute
+        return pick(f"({a}) < (({T})(0))", f"-({a})", a, width), compute
     if name == "negative":
         return f"(-({a}))", compute
     if name == "positive" or name == "copy":

@@ -87,9 +87,13 @@ def _identity(kind: str, acc: np.dtype) -> str:
         return f"(({t})0)"
     if kind == "prod":
         return f"(({t})1)"
-    big = {"float": "INFINITY", "double": "INFINITY", "int": "INT_MAX", "long": "LONG_MAX", "uchar": "1",
+    if dt.is_bool(acc):
+        return "((uchar)0)" if kind in ("max", "argmax") else "((uchar)1)"
+    if dt.is_unsigned(acc):  # (the largest value: all bits set)
+        return f"(({t})0)" if kind in ("max", "argmax") else f"(({t})~(({t})0))"
+    big = {"float": "INFINITY", "double": "INFINITY", "int": "INT_MAX", "long": "LONG_MAX",
            "char": "CHAR_MAX", "short": "SHRT_MAX"}[t]
-    small = {"float": "-INFINITY", "double": "-INFINITY", "int": "INT_MIN", "long": "LONG_MIN", "uchar": "0",
+    small = {"float": "-INFINITY", "double": "-INFINITY", "int": "INT_MIN", "long": "LONG_MIN",
              "char": "CHAR_MIN", "short": "SHRT_MIN"}[t]
     return small if kind in ("max", "argmax") else big
 

@@ -42,6 +42,12 @@ class SortSpec(NamedTuple):
 
 _KEYS = {
     dt.bool_: ("uint", "return (uint)v;"),
+    dt.uint8: ("uint", "return (uint)v;"),
+    dt.uint16: ("uint", "return (uint)v;"),
+    dt.uint32: ("uint", "return v;"),
+    dt.uint64: ("ulong", "return v;"),
+    dt.int8: ("uint", "return as_uint((int)v) ^ 0x80000000u;"),
+    dt.int16: ("uint", "return as_uint((int)v) ^ 0x80000000u;"),
     dt.int32: ("uint", "return as_uint(v) ^ 0x80000000u;"),
     dt.int64: ("ulong", "return as_ulong(v) ^ 0x8000000000000000ul;"),
     dt.float32: ("uint", """

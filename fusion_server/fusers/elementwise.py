@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from .. import dtypes as dt
 from ..codegen import elementwise as cg
 from ..codegen import signature as sig
 from ..codegen.expressions import needs_scalar_code
@@ -414,7 +415,7 @@ class _Recipe:
     scalars, the values written, and the kernels built for it per layout."""
 
     __slots__ = ("needed", "live_ops", "names", "trace", "in_slots", "scalar_slots", "scalar_dtypes",
-                 "outputs", "scalar_code", "dtypes", "kernels", "big", "singles", "single_outputs",
+                 "outputs", "scalar_code", "dtypes", "flat_index", "kernels", "big", "singles", "single_outputs",
                  "split", "why_split", "recomputed", "layouts", "part_caches")
 
     def __init__(self, ops: list[ElementwiseOp], needed: set[int], scalar_exprs: set,
@@ -448,6 +449,7 @@ class _Recipe:
         self.scalar_code = any(needs_scalar_code(t.name, t.compute) or (t.expr, t.compute) in scalar_exprs
                                for t in trace)
         self.dtypes = frozenset(cg.dtypes_of(trace, self.scalar_dtypes))  # (inputs' are added per launch)
+        self.flat_index = "iota" in self.names  # (its index vectors count for the width: see _layout)
         # The block's shape (its biggest live op's), and the ops that compute one value
         # broadcast to it (their outputs are written once).
         # (an op's position, not its shape: a recipe serves every block of its plan-store
@@ -516,8 +518,12 @@ def _layout(ctx: BlockContext, ops: list[ElementwiseOp], recipe: _Recipe, in_ent
     rank = 0
     dims: tuple[int, ...] = ()
     layouts = [(o, ()) for o in offsets]
+    index = index_type(max((n, *(e.storage.nbytes // e.ir.dtype.itemsize for e in in_entries))))
+    # A flat index is a vector of the index type: a uint8 arange touches 4- or 8-byte
+    # elements too (PoCL 3.0 on Zen 4 botches 16-wide int vectors, which 1-byte values qualify at).
+    index_dtypes = [dt.int32 if index == "int" else dt.int64] if recipe.flat_index else []
     width = 1 if recipe.scalar_code else ctx.widths.for_dtypes(
-        recipe.dtypes.union([e.ir.dtype for e in in_entries]))
+        recipe.dtypes.union([e.ir.dtype for e in in_entries], index_dtypes))
     if strided:
         dims, sets = collapse(shape, [strides_of[k] for k in strided])
         rank = len(dims)
@@ -542,7 +548,6 @@ def _layout(ctx: BlockContext, ops: list[ElementwiseOp], recipe: _Recipe, in_ent
                        for k in range(len(classes)))
         if all(j == k for k, j in enumerate(shares)):
             shares = ()
-    index = index_type(max((n, *(e.storage.nbytes // e.ir.dtype.itemsize for e in in_entries))))
     return n, tuple(classes), layouts, dims, width, index, rank, rows, shares
 
 

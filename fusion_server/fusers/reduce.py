@@ -301,8 +301,10 @@ class ReducePlan:
             width = acc_width
         vectorize = (
             strategy == "loop" and width > 1 and len(rdims) == 1
-            # (argmax/argmin keep lane indices in the value's integer width)
-            and (red.name not in ("argmax", "argmin") or index == "int" or red.acc.itemsize == 8)
+            # (argmax/argmin keep lane indices in the value's integer width: 1- and 2-byte
+            # values reduce one element at a time)
+            and (red.name not in ("argmax", "argmin") or (index == "int" and red.acc.itemsize == 4)
+                 or red.acc.itemsize == 8)
             and not dt.is_bool(red.acc)
             and all(st[0] in (0, 1) for st in red_sets[:n_in]) and all(st[0] == 1 for st in red_sets[n_in:])
             and not any(needs_scalar_code(t.name, t.compute) or (t.expr, t.compute) in ctx.scalar_exprs for t in trace)
