@@ -39,6 +39,7 @@ from ._array_api import (
     iinfo,
     inf,
     isdtype,
+    isin,
     linspace,
     matrix_transpose,
     moveaxis,
@@ -79,10 +80,10 @@ from ._functions import (
     zeros,
     zeros_like,
 )
-from ._indexing import take
+from ._indexing import take, take_along_axis
 from ._inspection import __array_namespace_info__
 from ._linalg import matmul
-from ._manipulation import meshgrid, roll, tensordot
+from ._manipulation import meshgrid, repeat, roll, tensordot, tile
 from ._reductions import argmax, argmin, max, mean, min, prod, sum
 from ._sorting import (
     UniqueAllResult,
@@ -90,6 +91,7 @@ from ._sorting import (
     UniqueInverseResult,
     argsort,
     nonzero,
+    searchsorted,
     sort,
     unique_all,
     unique_counts,
@@ -107,7 +109,7 @@ _UNARY = (
 ).split()
 _BINARY = (
     "add subtract multiply divide floor_divide remainder pow maximum minimum atan2 hypot "
-    "copysign logaddexp equal not_equal less less_equal greater greater_equal logical_and "
+    "copysign logaddexp nextafter equal not_equal less less_equal greater greater_equal logical_and "
     "logical_or logical_xor bitwise_and bitwise_or bitwise_xor bitwise_left_shift bitwise_right_shift"
 ).split()
 for _name in _UNARY:
@@ -159,7 +161,9 @@ __all__ = [
     "can_cast", "concat", "eye",
     "finfo", "flip", "iinfo", "isdtype", "linspace", "matrix_transpose", "result_type", "stack", "std", "tril", "triu",
     "count_nonzero", "diff", "moveaxis", "reciprocal", "signbit", "unstack",
-    "var", "vecdot", "take", "meshgrid", "roll", "tensordot", "argmax", "argmin", "max", "mean", "min", "prod", "sum",
+    "var", "vecdot", "take", "take_along_axis", "meshgrid", "repeat", "roll", "tensordot", "tile", "isin",
+    "searchsorted",
+    "argmax", "argmin", "max", "mean", "min", "prod", "sum",
     "UniqueAllResult", "UniqueCountsResult", "UniqueInverseResult", "argsort", "nonzero", "sort", "unique_all",
     "unique_counts", "unique_inverse", "unique_values", "e", "inf", "nan", "pi",
     "Device", "DeviceError", "DeviceMemoryError", "DroppedTensorError", "FusionError",

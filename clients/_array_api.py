@@ -341,6 +341,19 @@ def count_nonzero(x: Tensor, /, *, axis: int | tuple[int, ...] | None = None, ke
     return R.sum(F.binary("not_equal", x, False if x.dtype.kind == "b" else 0), axis=axis, keepdims=keepdims)
 
 
+def isin(x1: Any, x2: Any, /, *, invert: bool = False) -> Tensor:
+    """For each element of x1, whether it equals an element of x2 (not, with `invert`), as
+    numpy.isin; NaN is in nothing. One kernel: the comparison of each element of x1 with
+    every element of x2, reduced by `any` as it is computed (len(x2) steps per element)."""
+    client = F._client_of((x1, x2))
+    t1, t2 = (t if type(t) is Tensor else F._as_tensor(t, client) for t in (x1, x2))
+    if t2.size == 0 or t1.size == 0:
+        return F.full(t1.shape, bool(invert), dt.bool_, device=t1.device)
+    flat = F.reshape(t2, (-1,))
+    hit = R.max(F.binary("equal", F.reshape(t1, t1.shape + (1,)), flat), axis=-1)
+    return F.unary("logical_not", hit) if invert else hit
+
+
 def unstack(x: Tensor, /, *, axis: int = 0) -> tuple[Tensor, ...]:
     """The slices of x along `axis`, as a tuple of views."""
     if type(x) is not Tensor:

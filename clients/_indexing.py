@@ -304,6 +304,28 @@ def take(x: Tensor, indices: Any, axis: int | None = None) -> Tensor:
     return getitem(x, (slice(None),) * axis + (indices,))
 
 
+def take_along_axis(x: Tensor, indices: Any, axis: int = -1) -> Tensor:
+    """Elements of x at `indices` along `axis`, position by position, as
+    numpy.take_along_axis: `indices` has x's rank and broadcasts with it along the other
+    axes (one gather, each other axis indexed by its own positions)."""
+    client = x._client
+    if type(indices) is not Tensor:
+        indices = F._as_tensor(indices, client)
+    if not dt.is_int(indices.dtype):
+        raise TypeError(f"take_along_axis: indices must be integers, got {indices.dtype.name}")
+    if indices.ndim != x.ndim:
+        raise ValueError(f"take_along_axis: indices have {indices.ndim} dimensions, x has {x.ndim}")
+    axis = F._axis(operator.index(axis), x.ndim)
+    key = []
+    for d in range(x.ndim):
+        if d == axis:
+            key.append(indices)
+        else:
+            lined = (1,) * d + (x.shape[d],) + (1,) * (x.ndim - d - 1)
+            key.append(np.arange(x.shape[d], dtype=np.int64).reshape(lined))
+    return getitem(x, tuple(key))
+
+
 # -- assignment ---------------------------------------------------------------------------------
 def _value_for(x: Tensor, value: Any) -> Tensor | bool | int | float:
     """`value` as x's dtype: a Python scalar checked against it (the standard's rule for

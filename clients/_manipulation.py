@@ -1,5 +1,5 @@
 """Array API manipulation functions composed from views, gathers and matmul: roll,
-meshgrid and tensordot."""
+meshgrid, tensordot, tile and repeat."""
 
 from __future__ import annotations
 
@@ -96,3 +96,48 @@ def tensordot(x1: Tensor, x2: Tensor, axes: int | tuple[Sequence[int], Sequence[
     left = F.reshape(F.permute_dims(x1, free1 + list(a1)), (math.prod(x1.shape[d] for d in free1), k))
     right = F.reshape(F.permute_dims(x2, list(a2) + free2), (k, math.prod(x2.shape[d] for d in free2)))
     return F.reshape(matmul(left, right), tuple(x1.shape[d] for d in free1) + tuple(x2.shape[d] for d in free2))
+
+
+def tile(x: Tensor, repetitions: Sequence[int]) -> Tensor:
+    """x repeated `repetitions[d]` times along each axis d, as numpy.tile: a broadcast view
+    (each axis d of x preceded by a new one of size repetitions[d]) copied into its shape.
+    Shorter repetitions count from the last axis; longer ones add leading axes."""
+    reps = _ints(repetitions)
+    if any(r < 0 for r in reps):
+        raise ValueError(f"tile: repetitions must be non-negative, got {reps}")
+    rank = max(len(reps), x.ndim)
+    reps = (1,) * (rank - len(reps)) + reps
+    shape = (1,) * (rank - x.ndim) + x.shape
+    spread = F.reshape(x, tuple(d for n in shape for d in (1, n)))
+    wide = F.broadcast_to(spread, tuple(d for r, n in zip(reps, shape) for d in (r, n)))
+    return F.reshape(wide, tuple(r * n for r, n in zip(reps, shape)))
+
+
+def repeat(x: Tensor, repeats: int | Sequence[int] | Tensor, axis: int | None = None) -> Tensor:
+    """Each element of x repeated along `axis` (None: x flattened), as numpy.repeat.
+
+    One count for all: a broadcast view copied into its shape. One count per element
+    (a sequence or a tensor, whose values decide the output's shape and are read): a
+    gather at the positions those counts give."""
+    if axis is None:
+        x, axis = F.reshape(x, (-1,)), 0
+    axis = F._axis(operator.index(axis), x.ndim)
+    n = x.shape[axis]
+    if isinstance(repeats, (int, np.integer)):
+        r = operator.index(repeats)
+        if r < 0:
+            raise ValueError(f"repeat: repeats must be non-negative, got {r}")
+        lined = F.reshape(x, x.shape[:axis + 1] + (1,) + x.shape[axis + 1:])
+        wide = F.broadcast_to(lined, x.shape[:axis + 1] + (r,) + x.shape[axis + 1:])
+        return F.reshape(wide, x.shape[:axis] + (n * r,) + x.shape[axis + 1:])
+    counts = repeats.numpy() if type(repeats) is Tensor else np.asarray(repeats)
+    if counts.dtype.kind not in "iu" and counts.size:
+        raise TypeError(f"repeat: repeats must be integers, got {counts.dtype.name}")
+    counts = counts.astype(np.int64).reshape(-1)
+    if counts.size == 1:
+        return repeat(x, int(counts[0]), axis)
+    if counts.size != n:
+        raise ValueError(f"repeat: {counts.size} repeats for an axis of size {n}")
+    if (counts < 0).any():
+        raise ValueError("repeat: repeats must be non-negative")
+    return I.getitem(x, (slice(None),) * axis + (np.repeat(np.arange(n, dtype=np.int64), counts),))

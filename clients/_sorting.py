@@ -1,4 +1,5 @@
-"""Sorting and set functions of the Array API: sort, argsort, unique_*, nonzero.
+"""Sorting, searching and set functions of the Array API: sort, argsort, searchsorted,
+unique_*, nonzero.
 
 `sort` and `argsort` run on the device (see fusion_server/codegen/sort.py): the axis is
 moved last with a view (a copy when the rows are not in C order then), every row is
@@ -16,7 +17,7 @@ import numpy as np
 
 from fusion_server import dtypes as dt
 from fusion_server.fusers.sort import MAX_ROW
-from fusion_server.ir import SortOp
+from fusion_server.ir import SearchOp, SortOp
 
 from . import _functions as F
 from ._array_api import _contiguous
@@ -102,6 +103,41 @@ def argsort(x: Tensor, /, *, axis: int = -1, descending: bool = False, stable: b
     """Positions (int64) that sort x along `axis`, on the device; like `sort`, stable, NaNs
     last, and for `descending` equal elements keep their original order."""
     return _sorted("argsort", x, axis, descending, stable)
+
+
+def searchsorted(x1: Tensor, x2: Any, /, *, side: str = "left", sorter: Any = None) -> Tensor:
+    """For each element of x2, the index in the sorted one-dimensional x1 where it would be
+    inserted to keep x1 sorted (side "left": before equal elements; "right": after them),
+    as numpy.searchsorted; int64, x2's shape. `sorter`: indices that sort x1. NaN counts
+    as larger than every number, where the sort puts it. On the device: a binary search
+    per element, in its place in the stream (the work around it fuses, not across it)."""
+    x1 = _tensor(x1, "searchsorted")
+    if x1.ndim != 1:
+        raise ValueError(f"searchsorted: x1 must be one-dimensional, got shape {x1.shape}")
+    if side not in ("left", "right"):
+        raise ValueError(f"searchsorted: side must be 'left' or 'right', not {side!r}")
+    if dt.is_bool(x1.dtype):
+        raise TypeError("searchsorted: x1 must have a real-valued dtype, not bool")
+    client = x1._client
+    if sorter is not None:
+        from ._indexing import take
+
+        x1 = take(x1, sorter)
+    if F._is_scalar(x2):  # (a Python scalar is weak: it takes x1's dtype where its kind fits)
+        dtype = F._promote((x1, x2))
+        values = F.full((), x2, dtype, device=x1.device)
+    else:
+        values = x2 if type(x2) is Tensor else F._as_tensor(x2, client)
+        dtype = F._promote((x1, values))
+    shape = values.shape
+    if values.size == 0 or x1.size == 0:
+        return F.full(shape, 0, dt.int64, device=x1.device)
+    row = _contiguous(F.astype(x1, dtype, copy=False))
+    flat = _contiguous(F.reshape(F.astype(values, dtype, copy=False), (-1,)))
+    out = F._new(client, flat.shape, dt.int64)
+    found = Tensor._make(client, out.id, flat.shape, dt.int64)
+    client.register(SearchOp(side, (row._id, flat._id), out))
+    return F.reshape(found, shape)
 
 
 def _host(x: Any, what: str) -> tuple[np.ndarray, Any]:

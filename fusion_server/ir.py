@@ -90,6 +90,17 @@ class SortOp(NamedTuple):
     outputs: tuple[TensorIr, ...]
 
 
+class SearchOp(NamedTuple):
+    """For each element of `inputs[1]`, the index in the sorted one-dimensional
+    `inputs[0]` (both C-ordered, of one dtype) where it would be inserted: `side` "left"
+    before equal elements, "right" after them. `out`: int64, inputs[1]'s shape. NaN
+    counts as larger than every number (the sort puts it last)."""
+
+    side: str
+    inputs: tuple[int, int]
+    out: TensorIr
+
+
 class MatmulOp(NamedTuple):
     """`out = a @ b`: a is (..., M, K), b is (..., K, N), batch dims broadcast."""
 
@@ -128,7 +139,7 @@ class ConcatOp(NamedTuple):
         return "concat"
 
 
-OperationIr = Union[ElementwiseOp, CustomKernelOp, ReduceOp, MatmulOp, SortOp, MoveOp, ConcatOp]
+OperationIr = Union[ElementwiseOp, CustomKernelOp, ReduceOp, MatmulOp, SortOp, SearchOp, MoveOp, ConcatOp]
 
 
 def tensor_inputs(op: OperationIr) -> tuple[int, ...]:

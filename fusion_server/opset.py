@@ -27,7 +27,7 @@ def _ops(rule: str, arity: int, names: str) -> dict[str, OpInfo]:
 OPS: dict[str, OpInfo] = {
     **_ops("numeric", 2, "add multiply maximum minimum"),
     **_ops("numeric_nobool", 2, "subtract floor_divide remainder pow"),
-    **_ops("float", 2, "divide atan2 hypot copysign logaddexp"),
+    **_ops("float", 2, "divide atan2 hypot copysign logaddexp nextafter"),
     **_ops("compare", 2, "equal not_equal less less_equal greater greater_equal"),
     **_ops("logical", 2, "logical_and logical_or logical_xor"),
     **_ops("bitwise", 2, "bitwise_and bitwise_or bitwise_xor"),

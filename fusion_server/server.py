@@ -28,6 +28,7 @@ from .fusers.elementwise import ElementwiseFuser, ElementwisePlan
 from .fusers.matmul import MatmulFuser, MatmulPlan
 from .fusers.move import ConcatPlan, MovePlan
 from .fusers.reduce import ReduceFuser, ReducePlan
+from .fusers.search import SearchPlan
 from .fusers.sort import SortPlan
 from .handles import FAILED, PENDING, READY, HandleContainer, Storage, pending_entry, span_of
 from .ir import (
@@ -38,6 +39,7 @@ from .ir import (
     MoveOp,
     OperationIr,
     ReduceOp,
+    SearchOp,
     SortOp,
     TensorIr,
     ViewOp,
@@ -209,6 +211,8 @@ class FusionServer:
             return MatmulPlan(op, [])
         if type(op) is SortOp:
             return SortPlan(op)
+        if type(op) is SearchOp:
+            return SearchPlan(op)
         if type(op) is MoveOp:
             return MovePlan(op)
         if type(op) is ConcatOp:

@@ -17,6 +17,8 @@ FLOAT32 = np.dtype(np.float32)
 FLOAT64 = np.dtype(np.float64)
 DTYPES = (BOOL, INT32, INT64, FLOAT32, FLOAT64)
 INTS = (INT32, INT64)
+# The standard's other integer dtypes, in the element-wise matrix of every op.
+SMALL_INTS = tuple(np.dtype(d) for d in (np.int8, np.int16, np.uint8, np.uint16, np.uint32, np.uint64))
 FLOATS = (FLOAT32, FLOAT64)
 
 # Sizes that are not multiples of the vector width, so vector tails run.
@@ -30,7 +32,7 @@ FLOAT_UNARY = frozenset(
     "exp expm1 log log1p log2 log10 sqrt sin cos tan asin acos atan sinh cosh tanh "
     "asinh acosh atanh".split()
 )
-FLOAT_BINARY = frozenset("divide atan2 hypot copysign logaddexp".split())
+FLOAT_BINARY = frozenset("divide atan2 hypot copysign logaddexp nextafter".split())
 # numpy computes these on bool by upcasting to int8; here they refuse bool.
 NO_BOOL = frozenset("subtract floor_divide remainder pow square negative sign".split())
 # Only defined on integers and bools.
@@ -61,10 +63,10 @@ def _errstate():
 def expected_unary(name: str, x: np.ndarray) -> np.ndarray:
     """numpy's `name(x)`, with the library's deliberate differences for bool inputs."""
     with _errstate():
+        if name in FLOAT_UNARY and x.dtype.itemsize <= 2 and x.dtype.kind in "biu":
+            # numpy gives float16 for bool and 1-byte ints; the smallest float here is float32.
+            return getattr(np, name)(x.astype(FLOAT32))
         if x.dtype == BOOL:
-            if name in FLOAT_UNARY:
-                # numpy gives float16; the smallest float here is float32.
-                return getattr(np, name)(x.astype(FLOAT32))
             if name in ("positive", "round"):
                 return x.copy()
         return getattr(np, name)(x)
@@ -74,8 +76,11 @@ def expected_binary(name: str, a, b) -> np.ndarray:
     """numpy's `name(a, b)`, with the library's deliberate differences for bool inputs
     and for floor division with an infinite operand (the Array API's floor(a / b))."""
     with _errstate():
-        if name in FLOAT_BINARY and np.result_type(a, b) == BOOL:
+        if name in FLOAT_BINARY and name != "divide" and np.result_type(a, b).itemsize <= 2:
+            # numpy gives float16 for bool and 1-byte ints; the smallest float here is float32.
             return getattr(np, name)(np.asarray(a, FLOAT32), np.asarray(b, FLOAT32))
+        if name == "divide" and np.result_type(a, b) == BOOL:
+            return np.divide(np.asarray(a, FLOAT32), np.asarray(b, FLOAT32))
         out = np.asarray(getattr(np, name)(a, b))
         if name == "floor_divide" and out.dtype.kind == "f":
             inf = np.isinf(a) | np.isinf(b)
@@ -102,11 +107,12 @@ UNARY_DOMAIN = {
 
 def fill(specials: list, dtype: np.dtype, n: int, rng: np.random.Generator, low: float, high: float):
     """`specials` (cast to dtype, as many as fit) followed by random values up to `n`."""
-    head = np.array(specials, dtype=dtype)[:n]
+    # (specials outside a small integer dtype's range wrap into it, as astype does)
+    head = (np.array(specials, dtype=dtype) if dtype.kind not in "iu" else np.array(specials).astype(dtype))[:n]
     rest = n - len(head)
     if dtype == BOOL:
         tail = rng.integers(0, 2, rest).astype(BOOL)
-    elif dtype.kind == "i":
+    elif dtype.kind in "iu":
         tail = rng.integers(int(low), int(high), rest).astype(dtype)
     else:
         tail = rng.uniform(low, high, rest).astype(dtype)
@@ -119,7 +125,7 @@ def unary_input(name: str, dtype: np.dtype, n: int, seed: int = 0) -> np.ndarray
     if dtype == BOOL:
         return fill([False, True], dtype, n, rng, 0, 2)
     low, high = UNARY_DOMAIN.get(name, (-10.0, 10.0))
-    if dtype.kind == "i":
+    if dtype.kind in "iu":
         specials = INT_SPECIALS
         if name in FLOAT_UNARY:
             # exp(12345) only overflows; keep integers where float64 results stay finite.
@@ -133,11 +139,11 @@ def binary_inputs(name: str, dtype: np.dtype, n: int, seed: int = 0) -> tuple[np
     rng = np.random.default_rng(seed)
     if dtype == BOOL:
         specials = [False, True]
-    elif dtype.kind == "i":
+    elif dtype.kind in "iu":
         specials = PAIR_INT_SPECIALS
     else:
         specials = PAIR_FLOAT_SPECIALS
-    if name == "pow" and dtype.kind == "i":
+    if name == "pow" and dtype.kind in "iu":
         # Integer powers: non-negative exponents only (numpy refuses negative ones).
         a_head = np.repeat(np.array([0, 1, -1, 2, -2, 3, -3, 10, -10]), 6)
         b_head = np.tile(np.arange(6), 9)
@@ -148,7 +154,7 @@ def binary_inputs(name: str, dtype: np.dtype, n: int, seed: int = 0) -> tuple[np
         b_head = np.tile(np.array(specials), len(specials))
         if dtype == BOOL:
             a_rest, b_rest = rng.integers(0, 2, n), rng.integers(0, 2, n)
-        elif dtype.kind == "i":
+        elif dtype.kind in "iu":
             a_rest, b_rest = rng.integers(-1000, 1000, n), rng.integers(-1000, 1000, n)
         elif name == "pow":
             a_rest, b_rest = rng.uniform(-5, 5, n), rng.uniform(-3, 3, n)

@@ -288,3 +288,120 @@ def test_unstack_matches_numpy(axis):
         np.testing.assert_array_equal(got.numpy(), w)
     with pytest.raises(ValueError, match="at least one dimension"):
         xp.unstack(xp.asarray(np.float32(1.0)))
+
+
+# -- tile, repeat, take_along_axis, nextafter, isin (2023.12 to 2025.12) -------------------------
+@pytest.mark.parametrize("reps", [(2, 1, 3), (2,), (1, 1), (2, 1, 1, 2), (0, 2)])
+def test_tile_matches_numpy(reps):
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    np.testing.assert_array_equal(xp.tile(xp.asarray(a), reps).numpy(), np.tile(a, reps))
+    with pytest.raises(ValueError, match="non-negative"):
+        xp.tile(xp.asarray(a), (-1,))
+
+
+def test_repeat_by_one_count_or_one_per_element():
+    a = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
+    x = xp.asarray(a)
+    np.testing.assert_array_equal(xp.repeat(x, 3, axis=1).numpy(), np.repeat(a, 3, axis=1))
+    np.testing.assert_array_equal(xp.repeat(x, 2).numpy(), np.repeat(a, 2))  # flattened
+    np.testing.assert_array_equal(xp.repeat(x, [1, 0, 2], axis=1).numpy(), np.repeat(a, [1, 0, 2], axis=1))
+    counts = xp.asarray(np.array([2, 1, 0, 3]))  # a tensor of counts: read, since it decides the shape
+    np.testing.assert_array_equal(xp.repeat(x, counts, axis=-1).numpy(), np.repeat(a, [2, 1, 0, 3], axis=-1))
+    np.testing.assert_array_equal(xp.repeat(x, [4], axis=0).numpy(), np.repeat(a, 4, axis=0))
+    with pytest.raises(ValueError, match="2 repeats for an axis of size 3"):
+        xp.repeat(x, [1, 2], axis=1)
+    with pytest.raises(ValueError, match="non-negative"):
+        xp.repeat(x, -1)
+    with pytest.raises(TypeError, match="integers"):
+        xp.repeat(x, [1.5, 2.0, 1.0], axis=1)
+
+
+def test_take_along_axis_matches_numpy():
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((3, 5, 4)).astype(np.float32)
+    x = xp.asarray(a)
+    for axis in (0, 1, -1):
+        order = np.argsort(a, axis=axis)
+        np.testing.assert_array_equal(xp.take_along_axis(x, xp.asarray(order), axis=axis).numpy(),
+                                      np.take_along_axis(a, order, axis=axis))
+    top = np.argsort(-a, axis=1)[:, :2]  # fewer positions than the axis has; numpy's arrays work too
+    np.testing.assert_array_equal(xp.take_along_axis(x, top, axis=1).numpy(), np.take_along_axis(a, top, axis=1))
+    sorted_ = xp.take_along_axis(x, xp.argsort(x, axis=-1), axis=-1)
+    np.testing.assert_array_equal(sorted_.numpy(), np.sort(a, axis=-1))
+    with pytest.raises(ValueError, match="indices have 2 dimensions, x has 3"):
+        xp.take_along_axis(x, np.zeros((3, 5), np.int64))
+    with pytest.raises(TypeError, match="must be integers"):
+        xp.take_along_axis(x, np.zeros((3, 5, 1), np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_nextafter_is_bit_exact(dtype):
+    if dtype is np.float64 and not xp.client_for().fp64:
+        pytest.skip("no fp64 on this device")
+    info = np.finfo(dtype)
+    special = np.array([0.0, -0.0, 1.0, np.inf, -np.inf, np.nan, info.smallest_subnormal, info.max, 5, -2],
+                       dtype)
+    toward = np.array([1, -1, 0, 0, 0, 1, 0, np.inf, 5, np.nan], dtype)
+    rng = np.random.default_rng(5)
+    a = np.concatenate([special, rng.standard_normal(3000).astype(dtype)])
+    b = np.concatenate([toward, rng.standard_normal(3000).astype(dtype)])
+    got = xp.nextafter(xp.asarray(a), xp.asarray(b)).numpy()
+    want = np.nextafter(a, b)
+    bits = np.uint32 if dtype is np.float32 else np.uint64
+    same = (got.view(bits) == want.view(bits)) | (np.isnan(got) & np.isnan(want))
+    assert same.all(), (a[~same][:5], b[~same][:5], got[~same][:5], want[~same][:5])
+
+
+def test_isin_is_one_kernel_and_matches_numpy():
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    a[0, 0, 0] = np.nan
+    x = xp.asarray(a)
+    with xp.inspect() as rec:
+        got = xp.isin(x, xp.asarray(np.array([3.0, 7, 100, 5, np.nan]))).numpy()
+    np.testing.assert_array_equal(got, np.isin(a, [3, 7, 100, 5, np.nan]))  # NaN is in nothing
+    assert len(rec.kernels) == 1
+    np.testing.assert_array_equal(xp.isin(x, [1, 2], invert=True).numpy(), np.isin(a, [1, 2], invert=True))
+    np.testing.assert_array_equal(xp.isin(x, xp.asarray(np.zeros((0,), np.float32))).numpy(), np.zeros(a.shape, bool))
+    ints = np.array([1, 5, 9, 300], np.int64)
+    np.testing.assert_array_equal(xp.isin(xp.asarray(ints), xp.asarray(np.array([9, 1], np.uint8))).numpy(),
+                                  np.isin(ints, np.array([9, 1], np.uint8)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.uint8, np.int16])
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_searchsorted_matches_numpy(dtype, side):
+    if dtype is np.float64 and not xp.client_for().fp64:
+        pytest.skip("no fp64 on this device")
+    rng = np.random.default_rng(6)
+    a = np.sort(rng.integers(0, 50, 1000).astype(dtype))  # runs of equal values: the sides differ
+    v = rng.integers(-5, 60, (7, 9)).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        a[-3:] = np.nan  # NaN sorts last and counts as larger than every number
+        v[0, :3] = [np.nan, np.inf, -np.inf]
+    with xp.inspect() as rec:
+        got = xp.searchsorted(xp.asarray(a), xp.asarray(v), side=side).numpy()
+    np.testing.assert_array_equal(got, np.searchsorted(a, v, side=side))
+    assert got.dtype == np.int64
+    assert [k.kind for k in rec.kernels] == ["search"]
+
+
+def test_searchsorted_with_views_sorters_scalars_and_bad_input():
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(300).astype(np.float32)
+    order = np.argsort(a)
+    x = xp.asarray(a)
+    np.testing.assert_array_equal(xp.searchsorted(x, x[:10], sorter=xp.asarray(order)).numpy(),
+                                  np.searchsorted(a, a[:10], sorter=order))
+    grid = np.arange(20.0, dtype=np.float32)
+    g = xp.asarray(grid)
+    np.testing.assert_array_equal(xp.searchsorted(g[::2], g[3:9] * 1.5).numpy(),  # strided x1, computed x2
+                                  np.searchsorted(grid[::2], grid[3:9] * np.float32(1.5)))
+    assert int(xp.searchsorted(g, 3.5)) == 4 and int(xp.searchsorted(g, 3, side="right")) == 4
+    assert xp.searchsorted(g, xp.asarray(np.zeros((2, 0), np.float32))).shape == (2, 0)
+    with pytest.raises(ValueError, match="one-dimensional"):
+        xp.searchsorted(xp.asarray(np.zeros((2, 2), np.float32)), 1.0)
+    with pytest.raises(ValueError, match="side must be"):
+        xp.searchsorted(g, 1.0, side="middle")
+    jitted = xp.jit(lambda s, v: xp.searchsorted(s, v + 0.5))
+    for shift in (0.0, 2.0):
+        np.testing.assert_array_equal(jitted(g, g[:5] + shift).numpy(), np.searchsorted(grid, grid[:5] + shift + 0.5))

@@ -19,6 +19,7 @@ from _values import (
     INTS,
     ODD_SIZES,
     SIGNED_ZERO_OPS,
+    SMALL_INTS,
     accepts,
     assert_tensor,
     assert_values,
@@ -35,10 +36,10 @@ import clients
 
 SETTINGS = settings(max_examples=25, deadline=None)
 
-UNARY_CASES = [(n, d) for n in clients._UNARY for d in DTYPES if accepts(n, d)]
-UNARY_REFUSED = [(n, d) for n in clients._UNARY for d in DTYPES if not accepts(n, d)]
-BINARY_CASES = [(n, d) for n in clients._BINARY for d in DTYPES if accepts(n, d)]
-BINARY_REFUSED = [(n, d) for n in clients._BINARY for d in DTYPES if not accepts(n, d)]
+UNARY_CASES = [(n, d) for n in clients._UNARY for d in DTYPES + SMALL_INTS if accepts(n, d)]
+UNARY_REFUSED = [(n, d) for n in clients._UNARY for d in DTYPES + SMALL_INTS if not accepts(n, d)]
+BINARY_CASES = [(n, d) for n in clients._BINARY for d in DTYPES + SMALL_INTS if accepts(n, d)]
+BINARY_REFUSED = [(n, d) for n in clients._BINARY for d in DTYPES + SMALL_INTS if not accepts(n, d)]
 
 
 def _id(case) -> str:

@@ -120,7 +120,7 @@ _FLOAT_CALL1 = {
     "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
     "floor", "ceil", "trunc",
 }
-_FLOAT_CALL2 = {"atan2", "hypot", "copysign", "pow"}
+_FLOAT_CALL2 = {"atan2", "hypot", "copysign", "pow", "nextafter"}
 
 
 def needs_scalar_code(name: str, compute: np.dtype) -> bool:
