@@ -405,3 +405,18 @@ def test_searchsorted_with_views_sorters_scalars_and_bad_input():
     jitted = xp.jit(lambda s, v: xp.searchsorted(s, v + 0.5))
     for shift in (0.0, 2.0):
         np.testing.assert_array_equal(jitted(g, g[:5] + shift).numpy(), np.searchsorted(grid, grid[:5] + shift + 0.5))
+
+
+def test_searchsorted_of_a_failed_input_fails_its_result_alone():
+    grid = xp.asarray(np.arange(8.0, dtype=np.float32))
+
+    def launch(queue, inputs, outputs):
+        raise RuntimeError("producer exploded")
+
+    boom = xp.custom.kernel("boom_before_search", launch, outputs=lambda t: [(t.shape, t.dtype)])
+    failed = xp.searchsorted(boom(grid), xp.asarray(np.array([2.5], np.float32)))
+    also = xp.searchsorted(grid, boom(grid))
+    for t in (failed, also):
+        with pytest.raises(xp.TensorFailedError, match="producer exploded"):
+            t.numpy()
+    np.testing.assert_array_equal(xp.searchsorted(grid, grid[2:4] + 0.5).numpy(), [3, 4])  # the server goes on
