@@ -350,7 +350,7 @@ def isin(x1: Any, x2: Any, /, *, invert: bool = False) -> Tensor:
     if t2.size == 0 or t1.size == 0:
         return F.full(t1.shape, bool(invert), dt.bool_, device=t1.device)
     flat = F.reshape(t2, (-1,))
-    hit = R.max(F.binary("equal", F.reshape(t1, t1.shape + (1,)), flat), axis=-1)
+    hit = any(F.binary("equal", F.reshape(t1, t1.shape + (1,)), flat), axis=-1)
     return F.unary("logical_not", hit) if invert else hit
 
 

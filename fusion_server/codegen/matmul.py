@@ -242,12 +242,7 @@ def generate(spec: MatmulSpec) -> tuple[str, str]:
     src.append("    }")
     src.append("    barrier(CLK_LOCAL_MEM_FENCE);")
     src.append("  }")
-    src.append(f"  for (int wi = 0; wi < {WPT}; ++wi) for (int wj = 0; wj < {WPT}; ++wj) {{")
-    src.append(f"    const IDX i = row0 + ty * {WPT} + wi, j = col0 + tx * {WPT} + wj;")
-    src.append("    if (i >= M || j >= N) continue;")
-    src.append("    const IDX o = (batch * M + i) * N + j;")
-    src += _epilogue(spec, "acc[wi][wj]", "    ")
-    src.append("  }")
+    src += _outputs(spec, WPT, WPT, f"ty * {WPT} + wi", f"tx * {WPT} + wj")
     src.append("}")
     return "\n".join(src) + "\n", name
 
@@ -315,14 +310,19 @@ def _aligned_body(spec: MatmulSpec, t: str) -> list[str]:
         lines += [f"  for (IDX k0 = 0; k0 < K; k0 += {D}) {{"] + ["    " + x for x in load]
         lines += ["    " + x for x in store["0"]] + ["    barrier(CLK_LOCAL_MEM_FENCE);"]
         lines += [x.replace("BUF", "0") for x in compute] + ["    barrier(CLK_LOCAL_MEM_FENCE);", "  }"]
-    lines.append(f"  for (int wi = 0; wi < {wpt}; ++wi) for (int wj = 0; wj < {wpt}; ++wj) {{")
-    lines.append("    const IDX i = row0 + (wi / 4) * 64 + ty * 4 + wi % 4,")
-    lines.append("              j = col0 + (wj / 4) * 64 + tx * 4 + wj % 4;")
-    lines.append("    if (i >= M || j >= N) continue;")
-    lines.append("    const IDX o = (batch * M + i) * N + j;")
-    lines += _epilogue(spec, "acc[wi][wj]", "    ")
-    lines.append("  }")
-    return lines
+    return lines + _outputs(spec, wpt, wpt, "(wi / 4) * 64 + ty * 4 + wi % 4", "(wj / 4) * 64 + tx * 4 + wj % 4")
+
+
+def _outputs(spec: MatmulSpec, rows: int, cols: int, row: str, col: str) -> list[str]:
+    """The loop over a work-item's rows x cols results acc[wi][wj] that runs the epilogue
+    on each and writes it: `row` and `col` give its row and column within the tile, in
+    terms of wi and wj; results past the edges are not written."""
+    return [f"  for (int wi = 0; wi < {rows}; ++wi) for (int wj = 0; wj < {cols}; ++wj) {{",
+            f"    const IDX i = row0 + {row}, j = col0 + {col};",
+            "    if (i >= M || j >= N) continue;",
+            "    const IDX o = (batch * M + i) * N + j;",
+            *_epilogue(spec, "acc[wi][wj]", "    "),
+            "  }"]
 
 
 def _epilogue(spec: MatmulSpec, value: str, indent: str) -> list[str]:
@@ -392,13 +392,7 @@ def _rows_body(spec: MatmulSpec, t: str) -> list[str]:
             lines.append(f"      *({vec}*)&acc[rb + {r}][{w * width}] = c{r}_{w};")
     lines.append("    }")
     lines.append("  }")
-    lines.append(f"  for (int wi = 0; wi < {rows}; ++wi) for (int wj = 0; wj < {cols}; ++wj) {{")
-    lines.append("    const IDX i = row0 + wi, j = col0 + wj;")
-    lines.append("    if (i >= M || j >= N) continue;")
-    lines.append("    const IDX o = (batch * M + i) * N + j;")
-    lines += _epilogue(spec, "acc[wi][wj]", "    ")
-    lines.append("  }")
-    return lines
+    return lines + _outputs(spec, rows, cols, "wi", "wj")
 
 
 def rows_layout(spec: MatmulSpec) -> tuple[int, int, int]:

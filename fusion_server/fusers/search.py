@@ -25,13 +25,14 @@ class SearchPlan(LonePlan):
         out = entries[op.out.id]
         if ctx.fail_if_inputs_failed("searchsorted", [row, values], [out]):
             return
-        kernel = ctx.kernel_for(sc.SearchSpec("search", op.side, row.ir.dtype))  # (NeedsCompile first)
+        spec = sc.SearchSpec("search", op.side, row.ir.dtype)
+        kernel = ctx.kernel_for(spec)  # (NeedsCompile before anything changes)
         ctx.allocate(out.storage)
         m = size_of(values.ir.shape)
         if m:
             check_rows(row)
             check_rows(values)
-            args = sig.bind(sc.parameters(sc.SearchSpec("search", op.side, row.ir.dtype)),
+            args = sig.bind(sc.parameters(spec),
                             input=[row.storage.buffer, values.storage.buffer],
                             scalar=[np.int64(row.offset), np.int64(size_of(row.ir.shape)),
                                     np.int64(values.offset), np.int64(m)],
