@@ -51,22 +51,12 @@ def info(argv: list[str] | None = None) -> int:
 
 def _kernel_cache(info, kernel_cache_of) -> str:
     """Where compiled kernels of `info` are kept between processes."""
-    from pyopencl.characterize import has_src_build_cache
+    from fusion_server.runtime.drivers import driver_caches_builds
 
-    driver = kernel_cache_of(info.device)
-    if has_src_build_cache(info.device):
-        return f"{driver or 'kept by the driver'} (the driver's own; pyopencl keeps none for it)"
-    ours = f"{kernel_cache_dir()} (pyopencl's)"
-    return f"{ours}; {driver} (the driver's)" if driver else ours
-
-
-def kernel_cache_dir() -> str:
-    """Where pyopencl keeps built binaries (its own rule: XDG / platform cache dir)."""
-    import platformdirs
-
-    base = platformdirs.user_cache_dir("pyopencl", "pyopencl")
-    version = ".".join(str(i) for i in sys.version_info)
-    return os.path.join(base, f"pyopencl-compiler-cache-v2-py{version}")
+    where = kernel_cache_of(info.device)
+    if driver_caches_builds(info.device):
+        return f"{where or 'kept by the driver'} (the driver's own)"
+    return f"{where} (the library's: the driver's binaries, written whole or not at all)"
 
 
 def bench(argv: list[str]) -> int:

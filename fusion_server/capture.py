@@ -31,6 +31,7 @@ import pyopencl.array as cla
 from .errors import TensorFailedError, after_failed_input
 from .handles import FAILED, PENDING, READY, Entry, Storage
 from .ir import TensorIr, contiguous_strides, outputs_of, tensor_inputs
+from .runtime.programs import kernel_program
 
 INPUT, SLOT, SCALAR, CONST, ARRAY, SEQ, EMPTY = range(7)
 KERNEL, CALL = 0, 1
@@ -200,7 +201,7 @@ class Capture:
             args, kwargs = _call_sources(step, self.n_inputs)
             return (CALL, step[1], args, kwargs, record)
         _, kernel, grid, local, sources, _ = step
-        clone = cl.Kernel(kernel.program, kernel.function_name)
+        clone = cl.Kernel(kernel_program(kernel), kernel.function_name)
         types = arg_types.get(kernel.function_name)
         buffers, scalars = [], []
         for i, src in enumerate(sources):

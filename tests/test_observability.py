@@ -168,6 +168,7 @@ def test_info_names_the_kernel_cache_of_the_default_device(capsys):
     cli.main(["info"])
     out = capsys.readouterr().out
     device = clients.default_device().info.device
-    where = kernel_cache_of(device) or cli.kernel_cache_dir()
+    where = kernel_cache_of(device)
+    assert where
     default_block = out.split("\n* ")[1].split("\n  [")[0] if "\n* " in out else out.split("* ", 1)[1]
     assert f"kernel cache          {where}" in default_block

@@ -24,6 +24,7 @@ from fusion_server.qualification import verdict as verdicts
 from fusion_server.qualification.ranking import choose, rank
 from fusion_server.qualification.verdict import Failure, Verdict
 from fusion_server.runtime import device as device_mod
+from fusion_server.runtime import programs
 from fusion_server.runtime.programs import KernelBuildError, build_kernel
 from fusion_server.runtime.widths import VectorWidths
 from tests.conftest import failing_builds, rand, run_python, server_settings
@@ -241,7 +242,7 @@ def test_a_kernel_the_driver_cannot_create_is_built_fresh_once(client, monkeypat
     context = client.server.runtime.context
     source = f"__kernel void k_{uuid.uuid4().hex}(__global float* o) {{ o[get_global_id(0)] = 1.0f; }}"
     name = source.split()[2].split("(")[0]
-    real = cl.Kernel
+    real = programs.OwnedKernel
     calls = []
 
     def flaky(program, kname):
@@ -250,12 +251,12 @@ def test_a_kernel_the_driver_cannot_create_is_built_fresh_once(client, monkeypat
             raise cl.LogicError("clCreateKernel failed: INVALID_KERNEL_NAME")
         return real(program, kname)
 
-    monkeypatch.setattr(cl, "Kernel", flaky)
+    monkeypatch.setattr(programs, "OwnedKernel", flaky)
     with pytest.warns(RuntimeWarning, match="kernel cache .* Rebuilt it fresh"):
         kernel = build_kernel(context, source, name)
     assert kernel.function_name == name and len(calls) == 2
     calls.clear()
-    monkeypatch.setattr(cl, "Kernel", lambda p, k: (calls.append(k), real(p, "missing"))[1])
+    monkeypatch.setattr(programs, "OwnedKernel", lambda p, k: (calls.append(k), real(p, "missing"))[1])
     with warnings.catch_warnings(record=True) as seen, \
             pytest.raises(KernelBuildError, match="bypassing its cache, it failed too.*could not be created"):
         warnings.simplefilter("always")
@@ -426,3 +427,25 @@ def test_a_size_that_fails_takes_the_next_width_and_a_guess_runs_ahead():
     assert plan.width_of(4) is None
     plan.record(runner.Job(4, 8), True, "")
     assert plan.width_of(4) == 8
+
+
+def test_a_usable_pocl_comes_before_a_wider_cpu_runtime_and_an_unusable_one_after_it():
+    pocl = _fake(0, "Portable Computing Language", "pthread-AMD EPYC", "CPU", "3.0-rc2")
+    intel = _fake(1, "Intel(R) OpenCL", "AMD EPYC", "CPU", "2026.22.10.0.01_160000")
+    verdicts = {0: _verdict((16, 16, 8, 8)), 1: _verdict((16, 16, 16, 16))}
+    ranked = rank([pocl, intel], lambda d: verdicts[d.index])
+    assert [r.info.index for r in ranked] == [0, 1] and "best of 2 CPU drivers" in ranked[0].why
+    verdicts[0] = _verdict((1, 1, 1, 1), usable=False)  # PoCL's LLVM does not know the CPU
+    ranked = rank([pocl, intel], lambda d: verdicts[d.index])
+    assert [r.info.index for r in ranked] == [1, 0] and "NOT usable" in ranked[1].why
+
+
+def test_a_driver_whose_llvm_does_not_know_the_cpu_is_told_what_to_install():
+    from fusion_server.qualification.verdict import UNKNOWN_CPU, Failure
+
+    lost = Failure("common", "scalar-helpers-int32", "build", f"OpenCL build failed: | error: {UNKNOWN_CPU} 'generic'")
+    verdict = dataclasses.replace(_verdict((1, 1, 1, 1), usable=False), failures=[lost])
+    lines = verdict.lines()
+    assert lines[1].startswith("NOT USABLE") and "intel-opencl-rt" in lines[2] and "newer PoCL" in lines[2]
+    other = dataclasses.replace(verdict, failures=[dataclasses.replace(lost, detail="wrong values at 3 of 64")])
+    assert other.remedy() == "" and not any("intel-opencl-rt" in line for line in other.lines())

@@ -72,8 +72,10 @@ def widths_for(info: DeviceInfo) -> VectorWidths:
     if verdict.qualified and not verdict.usable and info.label not in _warned:
         _warned.add(info.label)
         failed = "; ".join(str(f) for f in verdict.failures[:3])
+        hint = f" {verdict.remedy()}" if verdict.remedy() else ""
         warnings.warn(f"{info.label} failed qualification even as scalar code ({failed}): its results may be "
-                      "wrong. `python -m fusion_server info` lists every failure.", RuntimeWarning, stacklevel=3)
+                      f"wrong.{hint} `python -m fusion_server info` lists every failure.", RuntimeWarning,
+                      stacklevel=3)
     if not forced:
         return verdict.vector_widths
     try:

@@ -1,9 +1,11 @@
 """Which device is the default, on purpose: the preferred kind, then the best verdict.
 
 GPUs come before CPUs (runtime.device.by_kind). When several drivers offer that kind
-(two PoCLs, say: the one pip brings and a distribution's), each is qualified, and the
-default is the one usable at the widest widths, then the newest driver, then the first
-listed. A new driver that appears changes the default visibly, and for a reason.
+(two PoCLs, say: the one pip brings and a distribution's; or PoCL and Intel's CPU
+runtime), each is qualified, and the default is a usable one: PoCL's before other CPU
+drivers (the project is tuned and tested on it; Intel's runtime is there for CPUs that
+PoCL's LLVM cannot build for), then the widest widths, then the newest driver, then the
+first listed. A new driver that appears changes the default visibly, and for a reason.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..runtime.device import DeviceInfo, by_kind
+from ..runtime.device import DeviceInfo, by_kind, is_pocl
 from .verdict import Verdict
 
 
@@ -34,7 +36,8 @@ def rank(devices: list[DeviceInfo], verdict_of: Callable[[DeviceInfo], Verdict] 
             continue
         verdicts = [(d, verdict_of(d)) for d in group]
         order = sorted(range(len(verdicts)), key=lambda k: (
-            verdicts[k][1].score(), verdicts[k][0].driver_numbers, -k), reverse=True)
+            verdicts[k][1].usable, is_pocl(verdicts[k][0]), verdicts[k][1].score(), verdicts[k][0].driver_numbers, -k),
+            reverse=True)
         for place, k in enumerate(order):
             d, v = verdicts[k]
             why = (f"{'usable' if v.usable else 'NOT usable'}, widths {v.vector_widths}, driver "

@@ -19,9 +19,13 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..runtime.device import DeviceInfo
+from ..runtime.drivers import cache_root
 from ..runtime.widths import ELEMENT_SIZES, VectorWidths
 
 FORMAT = 1  # bump when the verdict's fields change
+
+
+UNKNOWN_CPU = "unknown target CPU"  # PoCL's build log where its LLVM cannot name the CPU
 
 
 @dataclass
@@ -83,6 +87,14 @@ class Verdict:
         data["failures"] = [Failure(**f) for f in data["failures"]]
         return cls(**data)
 
+    def remedy(self) -> str:
+        """What to do about an unusable verdict, where its failures say ("" where they do not)."""
+        if any(UNKNOWN_CPU in f.detail for f in self.failures):
+            return ("The driver's LLVM does not know this CPU and builds no kernel: Intel's CPU runtime (pip install "
+                    "intel-opencl-rt intel-cmplr-lib-rt; the pocl extra brings it on Linux x86-64) or a newer PoCL "
+                    "runs here, and is chosen once installed.")
+        return ""
+
     def lines(self) -> list[str]:
         """The verdict as `info` prints it."""
         widths = VectorWidths.from_dict(self.widths)
@@ -93,6 +105,8 @@ class Verdict:
                   f" (unqualified: {VectorWidths.from_dict(self.preferred)})")]
         if not self.usable:
             out.append("NOT USABLE: scalar code failed canaries; never chosen by default")
+            if self.remedy():
+                out.append(self.remedy())
         out += [f"  failed {f}" for f in self.failures]
         out.append(f"measured {self.measured} in {self.seconds:.1f} s ({self.children} child processes)")
         return out
@@ -148,12 +162,7 @@ def cache_key(info: DeviceInfo) -> str:
 
 def cache_dir() -> Path:
     """Where verdicts are kept: FUSION_CACHE_DIR, else the user's cache directory."""
-    configured = os.environ.get("FUSION_CACHE_DIR", "").strip()
-    if configured:
-        return Path(configured) / "qualification"
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("fusion-server")) / "qualification"
+    return cache_root() / "qualification"
 
 
 def load(info: DeviceInfo, directory: Path | None = None) -> Verdict | None:

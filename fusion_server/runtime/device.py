@@ -90,10 +90,12 @@ def _driver_version(dev: cl.Device) -> str:
 
 def list_devices() -> list[DeviceInfo]:
     """Every OpenCL device of every platform, in platform order."""
+    from .icd import expose_pip_drivers
     from .waits import restore_interrupts
 
     out: list[DeviceInfo] = []
     try:
+        expose_pip_drivers()
         platforms = cl.get_platforms()
     except cl.Error:
         return out
@@ -156,11 +158,15 @@ def select_device(
     return by_kind(usable)[0][0]
 
 
+def is_pocl(info: DeviceInfo) -> bool:
+    return "portable computing language" in info.platform.lower()
+
+
 def by_kind(devices: list[DeviceInfo]) -> list[list[DeviceInfo]]:
     """`devices` grouped by kind, most preferred first: GPUs, then CPUs (PoCL's before
     other CPU drivers), then the rest; platform order within a group."""
     gpus = [d for d in devices if d.kind == "GPU"]
     cpus = [d for d in devices if d.kind == "CPU"]
-    cpus.sort(key=lambda d: "portable computing language" not in d.platform.lower())
+    cpus.sort(key=lambda d: not is_pocl(d))
     rest = [d for d in devices if d.kind not in ("GPU", "CPU")]
     return [group for group in (gpus, cpus, rest) if group]

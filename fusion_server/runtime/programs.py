@@ -30,6 +30,11 @@ log = logging.getLogger("fusion_server")
 FRESH_BUILD_OPTION = "-DFUSION_FRESH_BUILD=1"
 
 
+# Drivers that log every build (Intel's CPU runtime does) make pyopencl warn at each one
+# that it did not show the log; the log itself still shows with PYOPENCL_COMPILER_OUTPUT=1.
+warnings.filterwarnings("ignore", message="Non-empty compiler output encountered", category=cl.CompilerWarning)
+
+
 class KernelBuildError(RuntimeError):
     """The OpenCL compiler rejected a generated or user-written source."""
 
@@ -43,17 +48,35 @@ class BuiltKernel(NamedTuple):
     fallback: str = ""
 
 
+class OwnedKernel(cl.Kernel):
+    """A kernel that holds its program. Intel's CPU runtime invalidates a program once the
+    application released it, though its kernels live on, and a replay clones kernels from
+    their program (`kernel_program`)."""
+
+    owner: cl.Program
+
+
+def kernel_program(kernel: cl.Kernel) -> cl.Program:
+    """The program `kernel` was created from (the one it holds, where it holds one)."""
+    owner = getattr(kernel, "owner", None)
+    return owner if owner is not None else kernel.program
+
+
 def build_kernel(context: cl.Context, source: str, name: str, options: list[str] | tuple[str, ...] = ()) -> cl.Kernel:
     """Compile `source` and return its kernel `name`; KernelBuildError if the driver rejects it.
 
     A program that builds but lacks its kernel came from a broken driver cache entry:
     it is built once more with FRESH_BUILD_OPTION, with a warning naming the cache."""
+    from .binaries import build_program
+
     try:
-        program = cl.Program(context, source).build(options=list(options))
+        program = build_program(context, source, options)
     except cl.Error as exc:
         raise KernelBuildError(f"OpenCL build of {name} failed:\n{exc}") from None
     try:
-        return cl.Kernel(program, name)
+        kernel = OwnedKernel(program, name)
+        kernel.owner = program
+        return kernel
     except cl.Error as exc:
         if FRESH_BUILD_OPTION in options:
             raise KernelBuildError(f"OpenCL kernel {name} could not be created: {exc}") from None
