@@ -250,7 +250,7 @@ class FusionServer:
     def flush_ended_streams(self) -> None:
         """Run what threads that have ended left queued (their dead values are skipped)."""
         while self.ended_streams:
-            self.flush_stream(self.ended_streams[0], "its thread ended")
+            self.flush_stream(self.ended_streams[0], "its thread ended", drop=True)
             self.registered_upto.pop(self.ended_streams[0], None)
             self.ended_streams.popleft()  # only once flushed (a flush may need a compile first)
 
@@ -503,11 +503,13 @@ class FusionServer:
         self.runtime.pool.reconcile(held)
 
     # -- flushing and reading ----------------------------------------------------------
-    def flush_stream(self, stream_id: int | None, why: str = "flush") -> None:
+    def flush_stream(self, stream_id: int | None, why: str = "flush", drop: bool = False) -> None:
+        """Run the stream's queue. An emptied stream stays for its thread's next ops (making
+        one costs its fusers), unless `drop` (its thread ended)."""
         s = self.streams.get(stream_id)
         if s is not None:
             s.flush(self.ctx, why)
-            if not s.queue:
+            if drop and not s.queue:
                 del self.streams[stream_id]
 
     def flush_all(self, why: str = "flush") -> None:
