@@ -102,6 +102,9 @@ def vector_prelude() -> tuple[str, int]:
     kernels are held to the same practice."""
     server = clients.client_for().server
     width = server.widths.of_size(4)  # (float kernels)
+    if width == 1:  # scalar code: no float1 in OpenCL C
+        return ("#define WIDTH 1\ntypedef float VEC;\n#define LOADV(p) (*(p))\n#define STOREV(v, p) (*(p) = (v))\n"
+                "float VSUM(VEC v) { return v; }\n"), 1
     lines = [f"#define WIDTH {width}", f"typedef float{width} VEC;"]
     if f"-D{ex.PLAIN_VECTORS}" in server.runtime.programs.options:
         lines.append(f"#define {ex.PLAIN_VECTORS}")
