@@ -102,6 +102,8 @@ def vector_prelude() -> tuple[str, int]:
     kernels are held to the same practice."""
     server = clients.client_for().server
     width = server.widths.of_size(4)  # (float kernels)
+    if server.pack_lanes:
+        width = 1  # as the server's own contiguous element-wise kernels on such a driver
     if width == 1:  # scalar code: no float1 in OpenCL C
         return ("#define WIDTH 1\ntypedef float VEC;\n#define LOADV(p) (*(p))\n#define STOREV(v, p) (*(p) = (v))\n"
                 "float VSUM(VEC v) { return v; }\n"), 1

@@ -99,6 +99,9 @@ class BlockContext:
         self.local_size: int = runtime.local_size
         self.metadata_buffer = runtime.metadata_buffer
         self.widths = widths  # VectorWidths: elements per work-item, per element size
+        # Contiguous element-wise kernels as scalar code, where the driver packs work-items
+        # into lanes itself (DeviceInfo.packs_work_items) and the widths were not forced.
+        self.pack_lanes = False
         self.max_bindings = max_bindings
         # None: per device ("group" on GPUs for long rows, else "loop"); tests force either.
         self.reduce_strategy: str | None = None

@@ -115,6 +115,7 @@ class FusionServer:
     """Queues ops per stream, fuses them, and launches kernels on one device."""
 
     widths = _OnContext()
+    pack_lanes = _OnContext()
     max_bindings = _OnContext()
     reduce_strategy = _OnContext()
     matmul_strategy = _OnContext()
@@ -154,6 +155,7 @@ class FusionServer:
         widths = widths or VectorWidths.uniform(info.vector_width)
         # What streams, fusers and plans see of this server (the settings below live there).
         self.ctx = BlockContext(info, self.handles, self.runtime, widths, bindings, self._single, self.drain_drops)
+        self.ctx.pack_lanes = info.packs_work_items and not os.environ.get("FUSION_VECTOR_WIDTH", "").strip()
         self.max_ops = max_ops or _env_int("FUSION_MAX_OPS") or 64
         self.counters = self.ctx.counters  # (the context's dict and list themselves: read on hot paths)
         self.recorders = self.ctx.recorders
@@ -255,7 +257,7 @@ class FusionServer:
             self.ended_streams.popleft()  # only once flushed (a flush may need a compile first)
 
     # What `reconfigure` may change: what streams are made with.
-    SETTINGS = ("mode", "max_bindings", "max_ops", "widths", "reduce_strategy", "matmul_strategy",
+    SETTINGS = ("mode", "max_bindings", "max_ops", "widths", "pack_lanes", "reduce_strategy", "matmul_strategy",
                 "recompute_budget", "fuser_factories", "plan_store_enabled", "build_fallback")
 
     def reconfigure(self, why: str = "settings change", **settings) -> dict:
@@ -266,6 +268,8 @@ class FusionServer:
         unknown = sorted(set(settings) - set(self.SETTINGS))
         if unknown:
             raise FusionError(f"not a server setting: {', '.join(unknown)} (settings: {', '.join(self.SETTINGS)})")
+        if "widths" in settings and "pack_lanes" not in settings:
+            settings = {**settings, "pack_lanes": False}  # widths set by hand are taken as they are
         mode = settings.get("mode", self.mode)
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")

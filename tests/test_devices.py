@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
@@ -94,3 +95,52 @@ def test_the_device_context_outlives_the_interpreter_so_a_driver_cannot_abort_at
     done = run_python(_EXIT_PROBE)
     assert done.returncode == 0, done.stderr
     assert "extra references at exit: 1" in done.stdout, (done.stdout, done.stderr)
+
+
+class _Lanes:
+    """A device's vector preferences, as a driver reports them."""
+
+    def __init__(self, preferred: int, native: int):
+        self.preferred_vector_width_float = preferred
+        self.native_vector_width_float = native
+
+
+@pytest.mark.parametrize("kind, preferred, native, packs", [
+    ("CPU", 1, 16, True),  # Intel's CPU runtime
+    ("CPU", 16, 16, False),  # PoCL
+    ("CPU", 1, 1, False),  # a scalar machine: nothing to pack
+    ("GPU", 1, 1, False),  # NVIDIA's
+])
+def test_a_driver_that_packs_work_items_into_lanes_is_known_by_its_preferences(kind, preferred, native, packs):
+    real = clients.default_device().info
+    info = dataclasses.replace(real, kind=kind, device=_Lanes(preferred, native))
+    assert info.packs_work_items is packs
+
+
+def test_contiguous_element_wise_kernels_are_scalar_code_where_the_driver_packs_lanes():
+    import numpy as np
+
+    info = clients.default_device().info
+    server = clients.client_for().server
+    host = np.random.default_rng(3).random((64, 1024), dtype=np.float32)
+    x = clients.asarray(host)
+    with clients.inspect() as rec:
+        flat = (x * 2.0 + 1.0).numpy()
+    with clients.inspect() as rows:
+        shifted = (x[:, 1:] + x[:, :-1]).numpy()
+    np.testing.assert_allclose(flat, host * 2 + 1, rtol=1e-6)
+    np.testing.assert_allclose(shifted, host[:, 1:] + host[:, :-1], rtol=1e-6)
+    qualified = server.widths.of_size(4)
+    assert server.pack_lanes == (info.packs_work_items and not os.environ.get("FUSION_VECTOR_WIDTH"))
+    assert [k.variant for k in rec.kernels] == [f"width {1 if server.pack_lanes else qualified}"]
+    # Views along rows loop inside a work-item: they keep their vectors on every driver.
+    assert [k.variant for k in rows.kernels] == [f"width {qualified}" + (" along rows" if qualified > 1 else "")]
+    # Widths set by hand are taken as they are, and the rule comes back with the old widths.
+    from fusion_server.runtime.widths import VectorWidths
+    from tests.conftest import server_settings
+
+    before = server.pack_lanes
+    with server_settings(widths=VectorWidths.uniform(4)), clients.inspect() as forced:
+        np.testing.assert_allclose((x * 3.0).numpy(), host * 3, rtol=1e-6)
+        assert not server.pack_lanes
+    assert [k.variant for k in forced.kernels] == ["width 4"] and server.pack_lanes == before

@@ -326,7 +326,7 @@ class ElementwisePlan:
         views = tuple(entries[ops[j].inputs[s]] for j, s, _ in remap_slots)
         memo_key = (tuple((e.ir.shape, e.strides, e.offset, e.storage.nbytes) for e in in_entries),
                     tuple((v.ir.shape, v.strides, v.offset) for v in views),
-                    tuple(op.out.shape for op in ops), ctx.widths)
+                    tuple(op.out.shape for op in ops), ctx.widths, ctx.pack_lanes)
         layout = recipe.layouts.get(memo_key)
         if layout is None:
             maps = self._view_maps(remap_slots, entries) if remap_slots else None
@@ -524,6 +524,8 @@ def _layout(ctx: BlockContext, ops: list[ElementwiseOp], recipe: _Recipe, in_ent
     index_dtypes = [dt.int32 if index == "int" else dt.int64] if recipe.flat_index else []
     width = 1 if recipe.scalar_code else ctx.widths.for_dtypes(
         recipe.dtypes.union([e.ir.dtype for e in in_entries], index_dtypes))
+    if not strided and ctx.pack_lanes:
+        width = 1  # the driver's lanes hold work-items (DeviceInfo.packs_work_items)
     if strided:
         dims, sets = collapse(shape, [strides_of[k] for k in strided])
         rank = len(dims)

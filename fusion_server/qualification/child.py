@@ -36,6 +36,7 @@ def _server_for(spec: dict):
     server = FusionServer(info)
     server.compile_under_lock = True  # no client here: builds happen in line
     server.build_fallback = False  # a vector build that fails is the finding, not a reason to fall back
+    server.pack_lanes = False  # every canary at the job's width, on drivers that pack lanes too
     return server
 
 
