@@ -94,15 +94,16 @@ def launch_size(device: cl.Device, items: int, group: int = 256) -> tuple[tuple[
     return ((items + group - 1) // group * group,), (group,)
 
 
-def vector_prelude() -> tuple[str, int]:
+def vector_prelude(elementwise: bool = False) -> tuple[str, int]:
     """(source, width) for hand-written float kernels: the source defines WIDTH, VEC (a
     float vector of WIDTH), LOADV(p) and STOREV(v, p) (any float-aligned address) and
     VSUM(v) (the sum of a VEC's lanes), with the vector width and the kind of vector
     access that the fusion server's own kernels use on this device, so hand-written
-    kernels are held to the same practice."""
+    kernels are held to the same practice (`elementwise`: as its contiguous element-wise
+    kernels, scalar code where the driver packs lanes; else as its reductions)."""
     server = clients.client_for().server
     width = server.widths.of_size(4)  # (float kernels)
-    if server.pack_lanes:
+    if elementwise and server.pack_lanes:
         width = 1  # as the server's own contiguous element-wise kernels on such a driver
     if width == 1:  # scalar code: no float1 in OpenCL C
         return ("#define WIDTH 1\ntypedef float VEC;\n#define LOADV(p) (*(p))\n#define STOREV(v, p) (*(p) = (v))\n"

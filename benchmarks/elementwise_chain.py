@@ -119,7 +119,7 @@ def device_times(tensors: tuple, arrays: tuple, queue: cl.CommandQueue, repeat: 
 
 def hand_kernel(queue: cl.CommandQueue, n: int) -> Callable[..., cl.Event]:
     """The hand-written kernel, built once; returns an enqueue function (no wait)."""
-    prelude, width = dtime.vector_prelude()
+    prelude, width = dtime.vector_prelude(elementwise=True)
     program = cl.Program(queue.context, prelude + HAND_SOURCE).build()
     kernel = cl.Kernel(program, "chain")
     device = queue.device

@@ -44,7 +44,11 @@ def set_width(width: int) -> None:
     from now on (taken under the client's lock, as every server change is)."""
     from fusion_server.runtime.widths import VectorWidths
 
-    clients.client_for().call(lambda server: setattr(server, "widths", VectorWidths.uniform(width)))
+    def change(server) -> None:
+        server.widths = VectorWidths.uniform(width)
+        server.pack_lanes = False  # (a driver that packs lanes would get scalar code at every width)
+
+    clients.client_for().call(change)
 
 
 def get_width() -> int:
@@ -74,7 +78,7 @@ def run(size: str = "large", repeat: int = 10) -> dict:
 
     variants = {name: variant(name) for name in widths}
     setup = {name: (lambda w=width: set_width(w)) for name, width in widths.items()}
-    before = clients.client_for().call(lambda server: server.widths)
+    before = clients.client_for().call(lambda server: (server.widths, server.pack_lanes))
     errors, counts, facts = {}, {}, {}
     try:
         for name, fn in variants.items():
@@ -96,7 +100,8 @@ def run(size: str = "large", repeat: int = 10) -> dict:
             recs.clear()
         wall = common.time_rounds(variants, repeat, warmup=0, setup=setup, repeats=counts)
     finally:
-        clients.client_for().call(lambda server: setattr(server, "widths", before))
+        clients.client_for().call(lambda server: (setattr(server, "widths", before[0]),
+                                                  setattr(server, "pack_lanes", before[1])))
 
     device = {}
     for name, recs in records.items():
