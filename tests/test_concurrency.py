@@ -140,7 +140,7 @@ def test_reentry_from_under_the_lock_raises(client):
     client.server.register = register_calling_back
     try:
         with pytest.raises(clients.ReentrancyError, match="under its own lock"):
-            y = clients.asarray([1.0, 2.0]) + 1.0
+            _kept = clients.asarray([1.0, 2.0]) + 1.0
             clients.flush()  # (the inbox channel registers here, the lock channel at the op)
     finally:
         del client.server.register  # (the class's method again: not a copy of it shadowing later patches)
