@@ -81,3 +81,35 @@ def test_a_vendor_directory_the_user_chose_stands(tmp_path):
     seen = _probe(OCL_ICD_VENDORS=str(tmp_path))
     assert seen["added"] == [] and seen["env"] == str(tmp_path)
     assert not any("Intel" in name for name in seen["platforms"])
+
+
+_INTERRUPTED = """
+import json, os
+import pyopencl as cl
+from fusion_server.runtime import icd
+real = cl.get_platforms
+calls = []
+def interrupted():
+    calls.append(1)
+    if len(calls) == 1:
+        raise KeyboardInterrupt
+    return real()
+cl.get_platforms = interrupted
+try:
+    icd.expose_pip_drivers()
+except KeyboardInterrupt:
+    pass
+env_after = os.environ.get("OCL_ICD_VENDORS")
+added = icd.expose_pip_drivers()
+print(json.dumps({"env_after": env_after, "added": added, "platforms": [p.name for p in real()]}))
+"""
+
+
+@pytest.mark.skipif(not icd.pip_driver_libraries(), reason="no OpenCL driver installed by pip in this environment")
+def test_an_interrupt_while_showing_the_drivers_leaves_no_variable_and_the_next_query_tries_again():
+    full = {k: v for k, v in os.environ.items() if k not in ("OCL_ICD_VENDORS", "FUSION_PIP_DRIVERS")}
+    done = subprocess.run([sys.executable, "-c", _INTERRUPTED], env=full, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["env_after"] is None and seen["added"]
+    assert any("Intel" in name for name in seen["platforms"]), seen["platforms"]

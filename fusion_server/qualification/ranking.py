@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..runtime.device import DeviceInfo, by_kind, is_pocl
+from ..runtime.device import DeviceInfo, by_kind
 from .verdict import Verdict
 
 
@@ -36,7 +36,7 @@ def rank(devices: list[DeviceInfo], verdict_of: Callable[[DeviceInfo], Verdict] 
             continue
         verdicts = [(d, verdict_of(d)) for d in group]
         order = sorted(range(len(verdicts)), key=lambda k: (
-            verdicts[k][1].usable, is_pocl(verdicts[k][0]), verdicts[k][1].score(), verdicts[k][0].driver_numbers, -k),
+            verdicts[k][1].usable, verdicts[k][0].is_pocl, verdicts[k][1].score(), verdicts[k][0].driver_numbers, -k),
             reverse=True)
         for place, k in enumerate(order):
             d, v = verdicts[k]

@@ -34,6 +34,10 @@ class DeviceInfo:
         return "oclgrind" in self.platform.lower() or "oclgrind" in self.name.lower()
 
     @property
+    def is_pocl(self) -> bool:
+        return "portable computing language" in self.platform.lower()
+
+    @property
     def label(self) -> str:
         return f"{self.platform} / {self.name}"
 
@@ -173,15 +177,11 @@ def select_device(
     return by_kind(usable)[0][0]
 
 
-def is_pocl(info: DeviceInfo) -> bool:
-    return "portable computing language" in info.platform.lower()
-
-
 def by_kind(devices: list[DeviceInfo]) -> list[list[DeviceInfo]]:
     """`devices` grouped by kind, most preferred first: GPUs, then CPUs (PoCL's before
     other CPU drivers), then the rest; platform order within a group."""
     gpus = [d for d in devices if d.kind == "GPU"]
     cpus = [d for d in devices if d.kind == "CPU"]
-    cpus.sort(key=lambda d: not is_pocl(d))
+    cpus.sort(key=lambda d: not d.is_pocl)
     rest = [d for d in devices if d.kind not in ("GPU", "CPU")]
     return [group for group in (gpus, cpus, rest) if group]

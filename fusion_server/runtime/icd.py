@@ -91,14 +91,16 @@ def expose_pip_drivers() -> list[str]:
     with _lock:
         if _exposed is not None:
             return _exposed
-        _exposed = []
         if os.environ.get("FUSION_PIP_DRIVERS", "1").strip() == "0" or os.environ.get("OCL_ICD_VENDORS"):
+            _exposed = []
             return _exposed
         system = _icd_entries(Path(os.environ.get("OPENCL_VENDOR_PATH") or SYSTEM_VENDORS))
         files = vendor_files(system, pip_driver_libraries())
         added = [text for name, text in files.items() if name not in system]
         if not added:
+            _exposed = []
             return _exposed
+        # (An interrupt from here on leaves `_exposed` unset: the next query tries again.)
         with tempfile.TemporaryDirectory(prefix="fusion-opencl-vendors-") as directory:
             for name, text in files.items():
                 Path(directory, name).write_text(text + "\n")
