@@ -24,6 +24,7 @@ from . import (
     powers,
     recurring,
     reductions,
+    scans,
     sorting,
     stencils,
     vectorization,
@@ -63,6 +64,10 @@ TARGETS = [
     ("8 threads registering: ops/s", ("recurring", "threads", "8", "ops_per_s"), ">=", None),
     ("sort of 2^20 in 1024 rows: numpy / device (speed)", ("sorting", "cases", "1024 rows", "device_vs_numpy"),
      ">=", None),
+    ("cumulative_sum, one row: numpy / fused (speed)", ("scans", "cases", "one row", "numpy_over_fused",
+                                                        "paired_median"), ">=", None),
+    ("cumulative_sum, many rows: torch / fused (speed)", ("scans", "cases", "many rows", "torch_over_fused",
+                                                          "paired_median"), ">=", None),
     ("x ** 2 / x * x (time)", ("powers", "square_over_multiply"), "<=", 1.1),
     ("x ** 0.5 / sqrt(x) (time)", ("powers", "root_over_sqrt"), "<=", None),
     ("box blur of x ** 2.2: kernels per run", ("stencils", "cases", "box blur (image pipeline)", "kernels_per_run"),
@@ -168,6 +173,7 @@ def main(argv: list[str] | None = None) -> dict:
     results["sorting"] = _attempt("sorting", sorting, args.size, args.repeat)
     results["stencils"] = _attempt("stencils", stencils, args.size, args.repeat)
     results["powers"] = _attempt("powers", powers, args.size, args.repeat)
+    results["scans"] = _attempt("scans", scans, args.size, args.repeat)
     results["jit"] = _attempt("jit", jit, args.size, max(5, args.repeat // 2))
     results["seconds"] = time.perf_counter() - start
     results["load_average_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None

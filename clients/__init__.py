@@ -84,7 +84,7 @@ from ._indexing import take, take_along_axis
 from ._inspection import __array_namespace_info__
 from ._linalg import matmul
 from ._manipulation import meshgrid, repeat, roll, tensordot, tile
-from ._reductions import argmax, argmin, max, mean, min, prod, sum
+from ._reductions import argmax, argmin, cumulative_prod, cumulative_sum, max, mean, min, prod, sum
 from ._sorting import (
     UniqueAllResult,
     UniqueCountsResult,
@@ -163,6 +163,8 @@ __all__ = [
     "count_nonzero", "diff", "moveaxis", "reciprocal", "signbit", "unstack",
     "var", "vecdot", "take", "take_along_axis", "meshgrid", "repeat", "roll", "tensordot", "tile", "isin",
     "searchsorted",
+    "cumulative_sum",
+    "cumulative_prod",
     "argmax", "argmin", "max", "mean", "min", "prod", "sum",
     "UniqueAllResult", "UniqueCountsResult", "UniqueInverseResult", "argsort", "nonzero", "sort", "unique_all",
     "unique_counts", "unique_inverse", "unique_values", "e", "inf", "nan", "pi",

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from fusion_server import dtypes as dt
-from fusion_server.ir import ReduceOp
+from fusion_server.ir import ReduceOp, ScanOp
 
 from . import _functions as F
 from .tensor import Tensor
@@ -127,3 +127,67 @@ def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
         x = F.astype(x, dt.float64)
     total = _reduce("sum", x, axis, keepdims)
     return total * (1.0 / n) if n else total * float("nan")
+
+
+def _cumulative(name: str, x: Any, axis: Any, dtype: Any, include_initial: Any) -> Tensor:
+    from ._array_api import _contiguous
+
+    what = f"cumulative_{name}"
+    if type(x) is not Tensor:
+        x = F._as_tensor(x, None)
+    if x.ndim == 0:
+        raise ValueError(f"{what}: x must have at least one dimension, got a 0-d tensor")
+    if axis is None:
+        if x.ndim > 1:
+            raise ValueError(f"{what}: axis is required for a tensor of {x.ndim} dimensions")
+        axis = 0
+    if isinstance(axis, bool):
+        raise TypeError(f"{what}: axis must be an int, not bool")
+    try:
+        axis = operator.index(axis)
+    except TypeError:
+        raise TypeError(f"{what}: axis must be an int, not {type(axis).__name__}") from None
+    if not -x.ndim <= axis < x.ndim:
+        raise np.exceptions.AxisError(f"{what}: axis {axis} is out of bounds for a tensor of {x.ndim} dimensions")
+    axis %= x.ndim
+    if not isinstance(include_initial, (bool, np.bool_)):
+        raise TypeError(f"{what}: include_initial must be a bool, not {type(include_initial).__name__}")
+    if dtype is not None:
+        out_dtype = dt.normalize(dtype)
+    elif dt.is_float(x.dtype):
+        out_dtype = x.dtype
+    else:  # signed ints and bools to int64, unsigned ints to uint64, as sum (and numpy)
+        out_dtype = dt.uint64 if dt.is_unsigned(x.dtype) else dt.int64
+    x = F.astype(x, out_dtype, copy=False)
+    last = x.ndim - 1
+    order = [d for d in range(x.ndim) if d != axis] + [axis]
+    rows = _contiguous(F.permute_dims(x, order) if axis != last else x)
+    client = x._client
+    if rows.size == 0:
+        result = F.full(rows.shape, 0, out_dtype, device=x.device)
+    else:
+        acc = dt.float64 if out_dtype == dt.float32 and client.fp64 else out_dtype
+        out = F._new(client, rows.shape, out_dtype)
+        result = Tensor._make(client, out.id, rows.shape, out_dtype)
+        client.record(ScanOp(name, acc, (rows._id,), out), rows)
+    if include_initial:
+        from ._array_api import concat
+
+        start = F.full((*rows.shape[:-1], 1), 0 if name == "sum" else 1, out_dtype, device=x.device)
+        result = concat([start, result], axis=-1)
+    if axis != last:
+        result = F.permute_dims(result, [order.index(d) for d in range(x.ndim)])
+    return result
+
+
+def cumulative_sum(x: Any, /, *, axis: int | None = None, dtype: Any = None, include_initial: bool = False) -> Tensor:
+    """Running sums along `axis` (optional for a 1-d tensor); `include_initial` starts each
+    with 0 (one element longer). Signed ints and bools sum to int64, unsigned ints to
+    uint64, floats in their dtype (float32 accumulated in float64 where the device has it).
+    On the device: each row cut into chunks, folded, then scanned from the chunk's offset."""
+    return _cumulative("sum", x, axis, dtype, include_initial)
+
+
+def cumulative_prod(x: Any, /, *, axis: int | None = None, dtype: Any = None, include_initial: bool = False) -> Tensor:
+    """Running products along `axis`, as `cumulative_sum` (with 1 to start from)."""
+    return _cumulative("prod", x, axis, dtype, include_initial)

@@ -12,6 +12,7 @@ from .codegen import elementwise as cg
 from .codegen import gather as gg
 from .codegen import matmul as mg
 from .codegen import reduce as rg
+from .codegen import scan as scn
 from .codegen import search as sc
 from .codegen import sort as sg
 from .errors import kept
@@ -24,7 +25,7 @@ BUILD_OPTIONS = ("-cl-fp32-correctly-rounded-divide-sqrt",)
 def _generator(spec):
     """The codegen module that turns `spec` into source."""
     for module, kind in ((rg, rg.ReduceSpec), (mg, mg.MatmulSpec), (sg, sg.SortSpec), (gg, gg.MoveSpec),
-                         (sc, sc.SearchSpec)):
+                         (sc, sc.SearchSpec), (scn, scn.ScanSpec)):
         if isinstance(spec, kind):
             return module
     return cg

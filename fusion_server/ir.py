@@ -90,6 +90,16 @@ class SortOp(NamedTuple):
     outputs: tuple[TensorIr, ...]
 
 
+class ScanOp(NamedTuple):
+    """The cumulative `name` ("sum" or "prod") along the last axis of `inputs[0]`
+    (C-ordered; of `out`'s dtype), accumulated in `acc`. `out`: the input's shape."""
+
+    name: str
+    acc: np.dtype
+    inputs: tuple[int]
+    out: TensorIr
+
+
 class SearchOp(NamedTuple):
     """For each element of `inputs[1]`, the index in the sorted one-dimensional
     `inputs[0]` (both C-ordered, of one dtype) where it would be inserted: `side` "left"
@@ -139,7 +149,7 @@ class ConcatOp(NamedTuple):
         return "concat"
 
 
-OperationIr = Union[ElementwiseOp, CustomKernelOp, ReduceOp, MatmulOp, SortOp, SearchOp, MoveOp, ConcatOp]
+OperationIr = Union[ElementwiseOp, CustomKernelOp, ReduceOp, MatmulOp, SortOp, SearchOp, ScanOp, MoveOp, ConcatOp]
 
 
 def tensor_inputs(op: OperationIr) -> tuple[int, ...]:

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .handles import PENDING
-from .ir import ConcatOp, ElementwiseOp, MatmulOp, MoveOp, OperationIr, ReduceOp, SearchOp, SortOp
+from .ir import ConcatOp, ElementwiseOp, MatmulOp, MoveOp, OperationIr, ReduceOp, ScanOp, SearchOp, SortOp
 
 # What ended a block when no op did: a flush (a read, a sync, a thread's end).
 FLUSH = ("flush",)
@@ -158,12 +158,13 @@ class BlockSigner:
         elif kind is MatmulOp:
             out = op.out
             sig = ("matmul", self._ref(op.a), self._ref(op.b), op.compute, out.dtype, self.shape(out.shape))
-        elif kind is MoveOp or kind is ConcatOp or kind is SearchOp:
+        elif kind is MoveOp or kind is ConcatOp or kind is SearchOp or kind is ScanOp:
             # Ops that run alone: what later ops see of them is their output. (A gather's
             # maps and region are not part of it: no fuser's decision looks at them.)
             out = op.out
-            extra = op.name if kind is MoveOp else op.axis if kind is ConcatOp else ("searchsorted", op.side)
-            name = "search" if kind is SearchOp else op.name
+            extra = (op.name if kind is MoveOp else op.axis if kind is ConcatOp else ("searchsorted", op.side)
+                     if kind is SearchOp else ("cumulative", op.name, op.acc))
+            name = "search" if kind is SearchOp else "scan" if kind is ScanOp else op.name
             sig = (name, extra, tuple(self._ref(t) for t in op.inputs), out.dtype, self.shape(out.shape))
         elif kind is SortOp:
             outs = op.outputs

@@ -28,6 +28,7 @@ from .fusers.elementwise import ElementwiseFuser, ElementwisePlan
 from .fusers.matmul import MatmulFuser, MatmulPlan
 from .fusers.move import ConcatPlan, MovePlan
 from .fusers.reduce import ReduceFuser, ReducePlan
+from .fusers.scan import ScanPlan
 from .fusers.search import SearchPlan
 from .fusers.sort import SortPlan
 from .handles import FAILED, PENDING, READY, HandleContainer, Storage, pending_entry, span_of
@@ -39,6 +40,7 @@ from .ir import (
     MoveOp,
     OperationIr,
     ReduceOp,
+    ScanOp,
     SearchOp,
     SortOp,
     TensorIr,
@@ -215,6 +217,8 @@ class FusionServer:
             return SortPlan(op)
         if type(op) is SearchOp:
             return SearchPlan(op)
+        if type(op) is ScanOp:
+            return ScanPlan(op)
         if type(op) is MoveOp:
             return MovePlan(op)
         if type(op) is ConcatOp:
