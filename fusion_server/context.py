@@ -106,6 +106,7 @@ class BlockContext:
         # None: per device ("group" on GPUs for long rows, else "loop"); tests force either.
         self.reduce_strategy: str | None = None
         self.matmul_strategy: str | None = None  # likewise: "tiled" (GPUs) or "rows" (CPUs)
+        self.scan_strategy: str | None = None  # likewise: "tiles" (GPUs) or "chunks" (CPUs)
         # None: per device kind (fusers/remap.py); 0 never recomputes a value for a view of it.
         self.recompute_budget: int | None = None
         self.compile_under_lock = False  # True only for callers that cannot release it

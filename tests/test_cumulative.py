@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import clients as xp
-from fusion_server.fusers.scan import MIN_CHUNK, chunk_length
+from fusion_server.fusers.scan import MIN_CHUNK, chunk_length, tile_shape
+from tests.conftest import server_settings
 
 RNG = np.random.default_rng(11)
 
@@ -21,9 +22,25 @@ def _data(shape, dtype) -> np.ndarray:
     return RNG.integers(max(info.min, -100), min(info.max, 100), shape, endpoint=True).astype(dtype)
 
 
-def _expected_kernels(rows: int, n: int) -> int:
-    info = xp.default_device().info
-    return 1 if -(-n // chunk_length(n, rows, info.kind, info.compute_units)) == 1 else 3
+@pytest.fixture(params=["chunks", "tiles"])
+def strategy(request):
+    """Both kernel strategies on every device: chunks a work-item scans alone (CPUs' default),
+    tiles a work-group scans in local memory (GPUs')."""
+    with server_settings(scan_strategy=request.param):
+        yield request.param
+
+
+def _expected_kernels(rows: int, n: int, dtype=np.float64) -> int:
+    """Scan kernels for `rows` rows of `n`: one where a row is one chunk (or tile), else three."""
+    server = xp.client_for().server
+    ctx = server.ctx
+    kind = server.scan_strategy or ("tiles" if ctx.info.kind == "GPU" else "chunks")
+    if kind == "tiles":
+        group, per_item = tile_shape(ctx, np.dtype(dtype))
+        chunk = group * per_item
+    else:
+        chunk = chunk_length(n, rows, ctx.info.kind, ctx.info.compute_units)
+    return 1 if -(-n // chunk) == 1 else 3
 
 
 def _check_sum(got: np.ndarray, want: np.ndarray) -> None:
@@ -37,7 +54,7 @@ def _check_sum(got: np.ndarray, want: np.ndarray) -> None:
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int8", "int32", "int64", "uint8", "uint64", "bool"])
 @pytest.mark.parametrize("shape", [(7,), (MIN_CHUNK * 40 + 3,), (5, 300)])
-def test_cumulative_sum_matches_numpy(dtype, shape):
+def test_cumulative_sum_matches_numpy(dtype, shape, strategy):
     a = _data(shape, dtype)
     with xp.inspect() as rec:
         got = xp.cumulative_sum(xp.asarray(a), axis=-1).numpy()
@@ -49,7 +66,7 @@ def test_cumulative_sum_matches_numpy(dtype, shape):
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2, -1])
-def test_along_each_axis_of_a_view(axis):
+def test_along_each_axis_of_a_view(axis, strategy):
     base = _data((6, 9, 40), np.float64)
     a = base[:, ::-1, 3:33]  # a view in another element order: copied into rows first
     got = xp.cumulative_sum(xp.asarray(base)[:, ::-1, 3:33], axis=axis).numpy()
@@ -58,7 +75,7 @@ def test_along_each_axis_of_a_view(axis):
     np.testing.assert_allclose(prod, np.cumprod(base * 0.1 + 1.0, axis=axis), rtol=1e-12)
 
 
-def test_products_of_floats_and_ints_wrap_and_round_as_numpys():
+def test_products_of_floats_and_ints_wrap_and_round_as_numpys(strategy):
     f = (RNG.random(2000) + 0.5).astype(np.float32)
     np.testing.assert_allclose(xp.cumulative_prod(xp.asarray(f)).numpy(),
                                np.cumprod(f.astype(np.float64)).astype(np.float32), rtol=1e-5)
@@ -75,7 +92,7 @@ def test_products_of_floats_and_ints_wrap_and_round_as_numpys():
                                   np.cumsum(np.arange(5), dtype=np.float64))
 
 
-def test_include_initial_and_empty_tensors():
+def test_include_initial_and_empty_tensors(strategy):
     a = _data((3, 4), np.int32)
     got = xp.cumulative_sum(xp.asarray(a), axis=1, include_initial=True).numpy()
     np.testing.assert_array_equal(got, np.concatenate([np.zeros((3, 1), np.int64), np.cumsum(a, axis=1)], axis=1))
@@ -101,7 +118,7 @@ def test_bad_arguments_raise_at_the_call_and_leave_the_server_usable():
     np.testing.assert_array_equal(xp.cumulative_sum(x, axis=1).numpy(), np.cumsum(np.ones((2, 3), np.float32), 1))
 
 
-def test_fused_work_around_a_scan_and_a_jitted_scan_replays_with_new_values():
+def test_fused_work_around_a_scan_and_a_jitted_scan_replays_with_new_values(strategy):
     a = _data((4, 3000), np.float32)
     with xp.inspect() as rec:
         got = (xp.cumulative_sum(xp.exp(xp.asarray(a)) * 2.0, axis=1) - 1.0).numpy()
@@ -127,3 +144,12 @@ def test_a_scan_of_a_failed_input_fails_its_result_alone():
     with pytest.raises(xp.TensorFailedError, match="producer exploded"):
         failed.numpy()
     np.testing.assert_array_equal(xp.cumulative_sum(grid).numpy(), np.cumsum(np.arange(8.0, dtype=np.float32)))
+
+
+def test_a_row_of_more_tiles_than_a_work_group_has_work_items(strategy):
+    """The tile totals are scanned a work-group's width at a time, the carry going on."""
+    ctx = xp.client_for().server.ctx
+    group, per_item = tile_shape(ctx, np.dtype(np.int64))
+    n = group * per_item * (2 * group + 3) + 5
+    a = RNG.integers(-1000, 1000, n).astype(np.int64)
+    np.testing.assert_array_equal(xp.cumulative_sum(xp.asarray(a)).numpy(), np.cumsum(a))

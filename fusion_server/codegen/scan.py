@@ -9,6 +9,9 @@ A row of n elements is cut into chunks; each phase is one kernel:
 - `write`: work-item (row, chunk) scans its chunk again from its offset and writes each
   prefix. A row of one chunk needs this phase alone (it starts from the identity).
 
+GPUs take the tile phases instead: a work-group per tile of a row (loads and stores that
+coalesce), and a work-group per row for the tile totals.
+
 Each element is read twice and written once, and the association differs from a
 sequential scan only at chunk boundaries. Values are accumulated in `acc` (double for
 float32 where the device has it; for integers the unsigned type of their size, so that
@@ -25,6 +28,7 @@ from .. import dtypes as dt
 from . import signature as sig
 
 PHASES = ("totals", "offsets", "write")
+TILE_PHASES = ("tile_totals", "tile_offsets", "tile_write")  # GPUs: a work-group per tile of a row
 IDENTITY = {"sum": "0", "prod": "1"}
 COMBINE = {"sum": "(a) + (b)", "prod": "(a) * (b)"}
 
@@ -35,6 +39,8 @@ class ScanSpec(NamedTuple):
     phase: str  # one of PHASES
     dtype: np.dtype  # of the input and the output
     acc: np.dtype  # what values accumulate in
+    group: int = 0  # tile phases: work-items per work-group (a power of two)
+    per_item: int = 0  # tile phases: elements per work-item (a tile holds group * per_item)
 
 
 def scalar_variant(spec: ScanSpec) -> None:
@@ -43,7 +49,8 @@ def scalar_variant(spec: ScanSpec) -> None:
 
 
 def kernel_name(spec: ScanSpec) -> str:
-    return f"scan_{spec.name}_{spec.phase}_{spec.dtype.name}_{spec.acc.name}"
+    tile = f"_{spec.group}x{spec.per_item}" if spec.group else ""
+    return f"scan_{spec.name}_{spec.phase}_{spec.dtype.name}_{spec.acc.name}{tile}"
 
 
 def parameters(spec: ScanSpec) -> tuple[sig.Param, ...]:
@@ -53,8 +60,15 @@ def parameters(spec: ScanSpec) -> tuple[sig.Param, ...]:
     sizes = (sig.scalar(i64, "n"), sig.scalar(i64, "rows"), sig.scalar(i64, "chunk"), sig.scalar(i64, "chunks"))
     if spec.phase == "offsets":
         return (sig.raw("out", "__global ACC *totals"), *sizes)
+    if spec.phase == "tile_offsets":
+        return (sig.raw("out", "__global ACC *totals"), *sizes, sig.raw("local", "__local ACC *carry"))
+    local: tuple[sig.Param, ...] = ()
+    if spec.phase == "tile_totals":
+        local = (sig.raw("local", "__local ACC *part"),)
+    elif spec.phase == "tile_write":
+        local = (sig.raw("local", "__local ACC *buf"), sig.raw("local", "__local ACC *carry"))
     return (sig.raw("input", "__global const T *x"), sig.scalar(i64, "x0"), sig.raw("out", "__global T *y"),
-            sig.raw("out", "__global ACC *totals"), *sizes)
+            sig.raw("out", "__global ACC *totals"), *sizes, *local)
 
 
 def arg_dtypes(spec: ScanSpec) -> list:
@@ -68,8 +82,96 @@ def _acc_name(acc: np.dtype) -> str:
 def _store(spec: ScanSpec) -> str:
     """The accumulator as the output type (a reinterpretation for signed integers)."""
     if dt.is_int(spec.dtype) and not dt.is_unsigned(spec.dtype):
-        return f"as_{dt.CL_NAME[spec.dtype]}(s)"
-    return "(T)s"
+        return f"as_{dt.CL_NAME[spec.dtype]}(v)"
+    return "(T)(v)"
+
+
+def _hillis_steele(ident: str) -> list[str]:
+    """carry[0..L) becomes its inclusive scan (every work-item of the group takes part)."""
+    return [
+        "  barrier(CLK_LOCAL_MEM_FENCE);",
+        "  for (int d = 1; d < L; d <<= 1) {",
+        f"    const ACC left = lid >= d ? carry[lid - d] : {ident};",
+        "    barrier(CLK_LOCAL_MEM_FENCE);",
+        "    carry[lid] = COMBINE(left, carry[lid]);",
+        "    barrier(CLK_LOCAL_MEM_FENCE);",
+        "  }",
+    ]
+
+
+def _tile_offsets(spec: ScanSpec) -> list[str]:
+    """A work-group per row turns its tile totals into their exclusive scan, L at a time."""
+    ident = f"(ACC){IDENTITY[spec.name]}"
+    return [
+        f"  const int L = {spec.group};",
+        "  const long row = get_group_id(0);",
+        "  const int lid = get_local_id(0);",
+        "  __global ACC *t = totals + row * chunks;",
+        f"  ACC run = {ident};",
+        "  for (long b = 0; b < chunks; b += L) {",
+        "    const long i = b + lid;",
+        f"    carry[lid] = i < chunks ? t[i] : {ident};",
+        *["  " + line for line in _hillis_steele(ident)],
+        f"    const ACC before = lid > 0 ? carry[lid - 1] : {ident};",
+        "    if (i < chunks) t[i] = COMBINE(run, before);",
+        "    run = COMBINE(run, carry[L - 1]);",
+        "    barrier(CLK_LOCAL_MEM_FENCE);",
+        "  }",
+    ]
+
+
+def _tile_body(spec: ScanSpec) -> list[str]:
+    """A work-group per tile of `chunk` = L * K elements of a row: loads and stores that
+    coalesce (work-item `lid` takes elements lid, lid + L, ...); in `tile_write`, the tile
+    is scanned in local memory (each work-item K consecutive elements, then the work-items'
+    totals by a Hillis-Steele scan) from the tile's offset."""
+    ident = f"(ACC){IDENTITY[spec.name]}"
+    head = [
+        f"  const int L = {spec.group}, K = {spec.per_item};",
+        "  const long g = get_group_id(0);",
+        "  const int lid = get_local_id(0);",
+        "  const long row = g / chunks, c = g - row * chunks;",
+        "  const long start = c * chunk;",
+        "  __global const T *in = x + x0 + row * n;",
+    ]
+    if spec.phase == "tile_totals":
+        return head + [
+            f"  ACC s = {ident};",
+            "  for (int j = 0; j < K; ++j) {",
+            "    const long i = start + (long)j * L + lid;",
+            "    if (i < n) s = COMBINE(s, (ACC)in[i]);",
+            "  }",
+            "  part[lid] = s;",
+            "  barrier(CLK_LOCAL_MEM_FENCE);",
+            "  for (int w = L / 2; w > 0; w >>= 1) {",
+            "    if (lid < w) part[lid] = COMBINE(part[lid], part[lid + w]);",
+            "    barrier(CLK_LOCAL_MEM_FENCE);",
+            "  }",
+            "  if (lid == 0) totals[g] = part[0];",
+        ]
+    return head + [
+        "  __global T *out = y + row * n;",
+        "  for (int j = 0; j < K; ++j) {",
+        "    const long i = start + (long)j * L + lid;",
+        f"    buf[j * L + lid] = i < n ? (ACC)in[i] : {ident};",
+        "  }",
+        "  barrier(CLK_LOCAL_MEM_FENCE);",
+        f"  ACC s = {ident};",
+        "  for (int j = 0; j < K; ++j) {",
+        "    s = COMBINE(s, buf[lid * K + j]);",
+        "    buf[lid * K + j] = s;",
+        "  }",
+        "  carry[lid] = s;",
+        *_hillis_steele(ident),
+        f"  ACC before = lid > 0 ? carry[lid - 1] : {ident};",
+        "  if (chunks > 1) before = COMBINE(totals[g], before);",
+        "  for (int j = 0; j < K; ++j) buf[lid * K + j] = COMBINE(before, buf[lid * K + j]);",
+        "  barrier(CLK_LOCAL_MEM_FENCE);",
+        "  for (int j = 0; j < K; ++j) {",
+        "    const long i = start + (long)j * L + lid;",
+        "    if (i < n) { const ACC v = buf[j * L + lid]; out[i] = STORE(v); }",
+        "  }",
+    ]
 
 
 def generate(spec: ScanSpec) -> tuple[str, str]:
@@ -80,6 +182,7 @@ def generate(spec: ScanSpec) -> tuple[str, str]:
         f"typedef {dt.CL_NAME[spec.dtype]} T;",
         f"typedef {_acc_name(spec.acc)} ACC;",
         f"#define COMBINE(a, b) ({COMBINE[spec.name]})",
+        f"#define STORE(v) {_store(spec)}",
         f"__kernel void {name}({sig.declare(parameters(spec))})",
         "{",
     ]
@@ -97,6 +200,10 @@ def generate(spec: ScanSpec) -> tuple[str, str]:
             "}",
         ]
         return "\n".join(src) + "\n", name
+    if spec.phase == "tile_offsets":
+        return "\n".join(src + _tile_offsets(spec) + ["}"]) + "\n", name
+    if spec.phase in ("tile_totals", "tile_write"):
+        return "\n".join(src + _tile_body(spec) + ["}"]) + "\n", name
     src += [
         "  const long item = get_global_id(0);",
         "  if (item >= rows * chunks) return;",
@@ -118,7 +225,7 @@ def generate(spec: ScanSpec) -> tuple[str, str]:
             "  __global T *out = y + row * n;",
             "  for (long i = start; i < stop; ++i) {",
             "    s = COMBINE(s, (ACC)in[i]);",
-            f"    out[i] = {_store(spec)};",
+            "    out[i] = STORE(s);",
             "  }",
             "}",
         ]

@@ -1,13 +1,15 @@
 """The plan that runs cumulative sums and products along rows (`codegen/scan.py`).
 
 No fuser takes a ScanOp: it runs alone, in its place in the stream, like a sort. A row is
-cut into chunks so that the device has work-items enough: a GPU wants thousands, a CPU a
-few per core; a row that gives one chunk needs one kernel, others three.
+cut into chunks so that the device has work enough; a row that gives one chunk needs one
+kernel, others three. CPUs take chunks a work-item scans alone ("chunks": a few per core);
+GPUs tiles a work-group scans in local memory with loads that coalesce ("tiles").
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pyopencl as cl
 
 from ..codegen import scan as sc
 from ..codegen import signature as sig
@@ -27,6 +29,18 @@ def chunk_length(n: int, rows: int, kind: str, compute_units: int) -> int:
     return max(MIN_CHUNK, -(-n // per_row))
 
 
+def tile_shape(ctx: BlockContext, acc: np.dtype) -> tuple[int, int]:
+    """(work-items per work-group, elements per work-item) of the tile strategy: groups of
+    up to 256, 16 elements each where the tile and its carries fit half the local memory."""
+    group = 1
+    while group * 2 <= min(256, ctx.local_size):
+        group *= 2
+    per_item = 16
+    while per_item > 1 and (group * per_item + group) * acc.itemsize > ctx.info.local_mem_bytes // 2:
+        per_item //= 2
+    return group, per_item
+
+
 class ScanPlan(LonePlan):
     op: ScanOp
 
@@ -41,10 +55,18 @@ class ScanPlan(LonePlan):
         shape = src.ir.shape
         n = shape[-1]
         rows = size_of(shape) // n if n else 0
-        chunk = chunk_length(n, rows, ctx.info.kind, ctx.info.compute_units) if n else 1
+        strategy = ctx.scan_strategy or ("tiles" if ctx.info.kind == "GPU" else "chunks")
+        if strategy == "tiles":
+            group, per_item = tile_shape(ctx, op.acc)
+            chunk, phases = group * per_item, sc.TILE_PHASES
+        else:
+            group = per_item = 0
+            chunk = chunk_length(n, rows, ctx.info.kind, ctx.info.compute_units) if n else 1
+            phases = sc.PHASES
         chunks = -(-n // chunk) if n else 1
-        specs = {p: sc.ScanSpec("scan", op.name, p, op.out.dtype, op.acc) for p in sc.PHASES}
-        kernels = {p: ctx.kernel_for(specs[p]) for p in (sc.PHASES if chunks > 1 else ("write",))}
+        specs = {p: sc.ScanSpec("scan", op.name, p, op.out.dtype, op.acc, group, per_item) for p in phases}
+        totals_phase, offsets_phase, write_phase = phases
+        kernels = {p: ctx.kernel_for(specs[p]) for p in (phases if chunks > 1 else (write_phase,))}
         ctx.allocate(out.storage)  # (every kernel built before anything changes: NeedsCompile)
         if rows == 0 or n == 0:
             ctx.mark_ready([out.storage])
@@ -57,13 +79,25 @@ class ScanPlan(LonePlan):
         try:
             data = dict(input=[src.storage.buffer], scalar=[np.int64(src.offset), *sizes],
                         out=[out.storage.buffer, totals])
+            def run(phase: str, **more) -> None:
+                args = sig.bind(sc.parameters(specs[phase]), **data, **more)
+                if group:  # a work-group per tile
+                    ctx.launch(kernels[phase], rows * chunks * group, group, args, "scan", [what], len(args))
+                else:
+                    ctx.launch_items(kernels[phase], rows * chunks, args, "scan", [what], len(args), heavy=True)
+
+            size = op.acc.itemsize
             if chunks > 1:
-                args = sig.bind(sc.parameters(specs["totals"]), **data)
-                ctx.launch_items(kernels["totals"], rows * chunks, args, "scan", [what], len(args), heavy=True)
-                args = sig.bind(sc.parameters(specs["offsets"]), scalar=sizes, out=[totals])
-                ctx.launch_items(kernels["offsets"], rows, args, "scan", [what], len(args), heavy=True)
-            args = sig.bind(sc.parameters(specs["write"]), **data)
-            ctx.launch_items(kernels["write"], rows * chunks, args, "scan", [what], len(args), heavy=True)
+                run(totals_phase, **({"local": [cl.LocalMemory(group * size)]} if group else {}))
+                if group:  # a work-group per row
+                    args = sig.bind(sc.parameters(specs[offsets_phase]), scalar=sizes, out=[totals],
+                                    local=[cl.LocalMemory(group * size)])
+                    ctx.launch(kernels[offsets_phase], rows * group, group, args, "scan", [what], len(args))
+                else:
+                    args = sig.bind(sc.parameters(specs[offsets_phase]), scalar=sizes, out=[totals])
+                    ctx.launch_items(kernels[offsets_phase], rows, args, "scan", [what], len(args), heavy=True)
+            run(write_phase, **({"local": [cl.LocalMemory(chunk * size), cl.LocalMemory(group * size)]}
+                                if group else {}))
         finally:  # also when a launch fails: the totals go back to the pool (the queue is in order)
             if totals_bytes:
                 pool.free(totals, totals_bytes)
