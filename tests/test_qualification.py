@@ -19,10 +19,11 @@ import pytest
 
 import clients
 from fusion_server import qualification
+from fusion_server.errors import DeviceError
 from fusion_server.qualification import runner
 from fusion_server.qualification import verdict as verdicts
 from fusion_server.qualification.ranking import choose, rank
-from fusion_server.qualification.verdict import Failure, Verdict
+from fusion_server.qualification.verdict import UNKNOWN_CPU, Failure, Verdict
 from fusion_server.runtime import device as device_mod
 from fusion_server.runtime import programs
 from fusion_server.runtime.programs import KernelBuildError, build_kernel
@@ -449,3 +450,17 @@ def test_a_driver_whose_llvm_does_not_know_the_cpu_is_told_what_to_install():
     assert lines[1].startswith("NOT USABLE") and "intel-opencl-rt" in lines[2] and "newer PoCL" in lines[2]
     other = dataclasses.replace(verdict, failures=[dataclasses.replace(lost, detail="wrong values at 3 of 64")])
     assert other.remedy() == "" and not any("intel-opencl-rt" in line for line in other.lines())
+
+
+def test_a_server_on_a_driver_that_builds_nothing_is_refused_with_what_to_install(info, monkeypatch):
+    lost = Failure("common", "scalar-helpers-int32", "build", f"error: {UNKNOWN_CPU} 'generic'")
+    dead = dataclasses.replace(_verdict((1, 1, 1, 1), usable=False), failures=[lost])
+    monkeypatch.setattr(qualification, "verdict_for", lambda i, refresh=False: dead)
+    with pytest.raises(DeviceError, match="cannot run the library's kernels.*intel-opencl-rt"):
+        qualification.widths_for(info)
+    # Unusable for another reason (wrong values): used when named, with a warning.
+    wrong = dataclasses.replace(dead, failures=[dataclasses.replace(lost, how="wrong", detail="3 of 64 right")])
+    monkeypatch.setattr(qualification, "verdict_for", lambda i, refresh=False: wrong)
+    monkeypatch.setattr(qualification, "_warned", set())
+    with pytest.warns(RuntimeWarning, match="failed qualification even as scalar code"):
+        assert qualification.widths_for(info) == VectorWidths(1, 1, 1, 1)

@@ -15,7 +15,7 @@ import os
 import threading
 import warnings
 
-from ..errors import FusionError
+from ..errors import DeviceError, FusionError
 from ..runtime.device import DeviceInfo
 from ..runtime.widths import ELEMENT_SIZES, WIDTHS, VectorWidths
 from . import verdict as _store
@@ -66,9 +66,14 @@ def verdict_for(info: DeviceInfo, refresh: bool = False) -> Verdict:
 
 def widths_for(info: DeviceInfo) -> VectorWidths:
     """The widths a server on `info` uses: the qualified ones, or FUSION_VECTOR_WIDTH for
-    every size (with a warning where that goes past what qualified)."""
+    every size (with a warning where that goes past what qualified). DeviceError where the
+    verdict says the driver builds nothing on this CPU (with what to install)."""
     verdict = verdict_for(info)
     forced = os.environ.get("FUSION_VECTOR_WIDTH", "").strip()
+    if verdict.qualified and not verdict.usable and verdict.remedy():
+        # Not one kernel builds there: a clear error now, not one failed tensor after another.
+        raise DeviceError(f"{info.label} cannot run the library's kernels: {verdict.remedy()} "
+                          "`python -m fusion_server info` lists every device and its verdict.")
     if verdict.qualified and not verdict.usable and info.label not in _warned:
         _warned.add(info.label)
         failed = "; ".join(str(f) for f in verdict.failures[:3])
