@@ -153,3 +153,15 @@ def test_a_row_of_more_tiles_than_a_work_group_has_work_items(strategy):
     n = group * per_item * (2 * group + 3) + 5
     a = RNG.integers(-1000, 1000, n).astype(np.int64)
     np.testing.assert_array_equal(xp.cumulative_sum(xp.asarray(a)).numpy(), np.cumsum(a))
+
+
+def test_rows_that_start_inside_their_buffer(strategy):
+    """A slice is scanned where it lies (its offset), not copied first."""
+    a = np.arange(20000, dtype=np.int64)
+    with xp.inspect() as rec:
+        got = xp.cumulative_sum(xp.asarray(a)[7:]).numpy()
+    np.testing.assert_array_equal(got, np.cumsum(a[7:]))
+    assert [k.kind for k in rec.kernels if k.kind != "scan"] == []
+    grid = a.reshape(4, 5000)
+    np.testing.assert_array_equal(xp.cumulative_sum(xp.asarray(grid)[1:, 3:], axis=1).numpy(),
+                                  np.cumsum(grid[1:, 3:], axis=1))
