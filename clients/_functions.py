@@ -530,6 +530,25 @@ def _view(x: Tensor, shape: tuple[int, ...], strides: tuple[int, ...], offset: i
     return t
 
 
+def _one_axis(x: Tensor, axis: Any, what: str) -> int:
+    """`axis` as a non-negative int, or numpy's AxisError (a 0-d tensor has no axis)."""
+    if isinstance(axis, bool):
+        raise TypeError(f"{what}(): axis must be an int, not bool")
+    try:
+        axis = operator.index(axis)
+    except TypeError:
+        raise TypeError(f"{what}(): axis must be an int, not {type(axis).__name__}") from None
+    if not -x.ndim <= axis < x.ndim:
+        raise np.exceptions.AxisError(f"{what}(): axis {axis} is out of bounds for a tensor of {x.ndim} dimensions")
+    return axis % x.ndim
+
+
+def _flag(value: Any, name: str, what: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{what}(): {name} must be a bool, not {type(value).__name__}")
+    return bool(value)
+
+
 def _axis(axis: int, ndim: int) -> int:
     if not -ndim <= axis < max(ndim, 1):
         raise IndexError(f"axis {axis} is out of range for {ndim} dimensions")

@@ -141,17 +141,8 @@ def _cumulative(name: str, x: Any, axis: Any, dtype: Any, include_initial: Any) 
         if x.ndim > 1:
             raise ValueError(f"{what}: axis is required for a tensor of {x.ndim} dimensions")
         axis = 0
-    if isinstance(axis, bool):
-        raise TypeError(f"{what}: axis must be an int, not bool")
-    try:
-        axis = operator.index(axis)
-    except TypeError:
-        raise TypeError(f"{what}: axis must be an int, not {type(axis).__name__}") from None
-    if not -x.ndim <= axis < x.ndim:
-        raise np.exceptions.AxisError(f"{what}: axis {axis} is out of bounds for a tensor of {x.ndim} dimensions")
-    axis %= x.ndim
-    if not isinstance(include_initial, (bool, np.bool_)):
-        raise TypeError(f"{what}: include_initial must be a bool, not {type(include_initial).__name__}")
+    axis = F._one_axis(x, axis, what)
+    include_initial = F._flag(include_initial, "include_initial", what)
     if dtype is not None:
         out_dtype = dt.normalize(dtype)
     elif dt.is_float(x.dtype):

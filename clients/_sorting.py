@@ -10,7 +10,6 @@ host; their results are device tensors again.
 
 from __future__ import annotations
 
-import operator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -49,31 +48,12 @@ def _tensor(x: Any, what: str) -> Tensor:
     raise TypeError(f"{what}() takes a tensor, not {type(x).__name__}")
 
 
-def _sort_axis(x: Tensor, axis: Any, what: str) -> int:
-    """`axis` as a non-negative int, or numpy's AxisError (a 0-d tensor has no axis)."""
-    if isinstance(axis, bool):
-        raise TypeError(f"{what}(): axis must be an int, not bool")
-    try:
-        axis = operator.index(axis)
-    except TypeError:
-        raise TypeError(f"{what}(): axis must be an int, not {type(axis).__name__}") from None
-    if not -x.ndim <= axis < x.ndim:
-        raise np.exceptions.AxisError(f"{what}(): axis {axis} is out of bounds for a tensor of {x.ndim} dimensions")
-    return axis % x.ndim
-
-
-def _flag(value: Any, name: str, what: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{what}(): {name} must be a bool, not {type(value).__name__}")
-    return bool(value)
-
-
 def _sorted(name: str, x: Any, axis: Any, descending: Any, stable: Any) -> Tensor:
     """One SortOp over `axis` of x: the sorted values ("sort") or positions ("argsort")."""
     x = _tensor(x, name)
-    axis = _sort_axis(x, axis, name)
-    descending = _flag(descending, "descending", name)
-    _flag(stable, "stable", name)  # always stable: a stable order is also a valid unstable one
+    axis = F._one_axis(x, axis, name)
+    descending = F._flag(descending, "descending", name)
+    F._flag(stable, "stable", name)  # always stable: a stable order is also a valid unstable one
     n_rows = x.size // x.shape[axis] if x.shape[axis] else 0
     if x.shape[axis] > MAX_ROW or n_rows >= 2**31:
         raise ValueError(f"{name}: rows of {x.shape[axis]} elements ({n_rows} rows) are more than the device "
