@@ -16,6 +16,16 @@ import clients
 from clients.client import CHANNELS
 
 
+def exploding_kernel(name: str):
+    """A custom kernel of one output like its input whose launch raises "producer exploded":
+    what fails the tensors an op under test reads."""
+
+    def launch(queue, inputs, outputs):
+        raise RuntimeError("producer exploded")
+
+    return clients.custom.kernel(name, launch, outputs=lambda t: [(t.shape, t.dtype)])
+
+
 @pytest.fixture
 def client():
     return clients.client_for()

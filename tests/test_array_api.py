@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import clients as xp
-from tests.conftest import rand
+from tests.conftest import exploding_kernel, rand
 
 
 def test_tensors_name_their_namespace():
@@ -410,10 +410,7 @@ def test_searchsorted_with_views_sorters_scalars_and_bad_input():
 def test_searchsorted_of_a_failed_input_fails_its_result_alone():
     grid = xp.asarray(np.arange(8.0, dtype=np.float32))
 
-    def launch(queue, inputs, outputs):
-        raise RuntimeError("producer exploded")
-
-    boom = xp.custom.kernel("boom_before_search", launch, outputs=lambda t: [(t.shape, t.dtype)])
+    boom = exploding_kernel("boom_before_search")
     failed = xp.searchsorted(boom(grid), xp.asarray(np.array([2.5], np.float32)))
     also = xp.searchsorted(grid, boom(grid))
     for t in (failed, also):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import clients as xp
-from fusion_server.fusers.scan import MIN_CHUNK, chunk_length, tile_shape
-from tests.conftest import server_settings
+from fusion_server.fusers.scan import MIN_CHUNK, layout, tile_shape
+from tests.conftest import exploding_kernel, server_settings
 
 RNG = np.random.default_rng(11)
 
@@ -32,15 +32,8 @@ def strategy(request):
 
 def _expected_kernels(rows: int, n: int, dtype=np.float64) -> int:
     """Scan kernels for `rows` rows of `n`: one where a row is one chunk (or tile), else three."""
-    server = xp.client_for().server
-    ctx = server.ctx
-    kind = server.scan_strategy or ("tiles" if ctx.info.kind == "GPU" else "chunks")
-    if kind == "tiles":
-        group, per_item = tile_shape(ctx, np.dtype(dtype))
-        chunk = group * per_item
-    else:
-        chunk = chunk_length(n, rows, ctx.info.kind, ctx.info.compute_units)
-    return 1 if -(-n // chunk) == 1 else 3
+    *_, chunks = layout(xp.client_for().server.ctx, n, rows, np.dtype(dtype))
+    return 1 if chunks == 1 else 3
 
 
 def _check_sum(got: np.ndarray, want: np.ndarray) -> None:
@@ -136,10 +129,7 @@ def test_fused_work_around_a_scan_and_a_jitted_scan_replays_with_new_values(stra
 def test_a_scan_of_a_failed_input_fails_its_result_alone():
     grid = xp.asarray(np.arange(8.0, dtype=np.float32))
 
-    def launch(queue, inputs, outputs):
-        raise RuntimeError("producer exploded")
-
-    boom = xp.custom.kernel("boom_before_scan", launch, outputs=lambda t: [(t.shape, t.dtype)])
+    boom = exploding_kernel("boom_before_scan")
     failed = xp.cumulative_sum(boom(grid))
     with pytest.raises(xp.TensorFailedError, match="producer exploded"):
         failed.numpy()

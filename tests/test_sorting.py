@@ -11,7 +11,7 @@ import pytest
 import clients
 from fusion_server.fusers import sort as sort_plan
 from fusion_server.fusers.sort import RUN_SPLIT_MIN, TILE_ITEMS, TILE_ITEMS_OTHER, run_segment
-from tests.conftest import settle
+from tests.conftest import exploding_kernel, settle
 
 FP64 = clients.client_for().fp64
 DTYPES = [np.bool_, np.int32, np.int64, np.float32] + ([np.float64] if FP64 else [])
@@ -270,10 +270,7 @@ def test_bad_input_raises_and_the_server_stays_usable():
     with pytest.raises(TypeError):
         clients.sort(x, -1)  # axis is keyword-only, as the standard says
 
-    def launch(queue, inputs, outputs):
-        raise RuntimeError("producer exploded")
-
-    boom = clients.custom.kernel("boom_before_sort", launch, outputs=lambda t: [(t.shape, t.dtype)])
+    boom = exploding_kernel("boom_before_sort")
     failed = clients.sort(boom(x))
     with pytest.raises(clients.TensorFailedError, match="producer exploded"):
         failed.numpy()

@@ -41,6 +41,20 @@ def tile_shape(ctx: BlockContext, acc: np.dtype) -> tuple[int, int]:
     return group, per_item
 
 
+def layout(ctx: BlockContext, n: int, rows: int, acc: np.dtype) -> tuple[tuple[str, ...], int, int, int, int]:
+    """How `rows` rows of `n` are scanned: the phases, the tile's work-group and elements per
+    work-item (0, 0 for chunks), the chunk (or tile) length, and chunks per row."""
+    strategy = ctx.scan_strategy or ("tiles" if ctx.info.kind == "GPU" else "chunks")
+    if strategy == "tiles":
+        group, per_item = tile_shape(ctx, acc)
+        chunk, phases = group * per_item, sc.TILE_PHASES
+    else:
+        group = per_item = 0
+        chunk = chunk_length(n, rows, ctx.info.kind, ctx.info.compute_units) if n else 1
+        phases = sc.PHASES
+    return phases, group, per_item, chunk, -(-n // chunk) if n else 1
+
+
 class ScanPlan(LonePlan):
     op: ScanOp
 
@@ -55,15 +69,7 @@ class ScanPlan(LonePlan):
         shape = src.ir.shape
         n = shape[-1]
         rows = size_of(shape) // n if n else 0
-        strategy = ctx.scan_strategy or ("tiles" if ctx.info.kind == "GPU" else "chunks")
-        if strategy == "tiles":
-            group, per_item = tile_shape(ctx, op.acc)
-            chunk, phases = group * per_item, sc.TILE_PHASES
-        else:
-            group = per_item = 0
-            chunk = chunk_length(n, rows, ctx.info.kind, ctx.info.compute_units) if n else 1
-            phases = sc.PHASES
-        chunks = -(-n // chunk) if n else 1
+        phases, group, per_item, chunk, chunks = layout(ctx, n, rows, op.acc)
         specs = {p: sc.ScanSpec("scan", op.name, p, op.out.dtype, op.acc, group, per_item) for p in phases}
         totals_phase, offsets_phase, write_phase = phases
         kernels = {p: ctx.kernel_for(specs[p]) for p in (phases if chunks > 1 else (write_phase,))}
