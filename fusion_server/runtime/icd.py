@@ -38,7 +38,7 @@ _exposed: list[str] | None = None
 def _prefixes() -> list[Path]:
     """Where pip puts data files: the environment, and the user's base for `--user` installs."""
     found: list[Path] = []
-    for prefix in (sys.prefix, site.getuserbase() if hasattr(site, "getuserbase") else None):
+    for prefix in (sys.prefix, site.getuserbase()):
         if prefix and Path(prefix) not in found:
             found.append(Path(prefix))
     return found
