@@ -5,7 +5,8 @@
 (b) Call overhead: the calling thread's CPU time per call of jitted functions that launch
     1, 4 and 16 kernels, with the fixed and per-kernel parts fitted.
 (c) The 16-op chain of benchmarks.elementwise_chain on 1024 float32 elements, build +
-    read: jitted, not jitted, pyopencl.array (with its MemoryPool), PyTorch eager on the CPU
+    read: jitted, not jitted, the hand-written kernel (one launch and a blocking read: the
+    floor of the round trip), pyopencl.array (with its MemoryPool), PyTorch eager on the CPU
     (when installed) and numpy, in interleaved rounds.
 (d) The same chain over --size elements (2^24 large): wall time of a jitted call and a
     wait, against the hand-written kernel's enqueue and finish.
@@ -160,9 +161,17 @@ def small_chain(rounds: int) -> dict:
     jitted = clients.jit(lambda a, b, c: chain(a, b, c, clients))
     check("16-op chain, jit", jitted(ta, tb, tc).numpy(), want)
     check("16-op chain, jit replay", jitted(ta, tb, tc).numpy(), want)
+    enqueue, hand_out = hand_kernel(queue, SMALL), cla.empty_like(ga)
+
+    def hand_written() -> np.ndarray:  # the floor of the round trip: one launch, one blocking read
+        enqueue(ga, gb, gc_, hand_out)
+        return hand_out.get()
+
+    check("16-op chain, hand-written", hand_written(), want)
     variants = {
         "jit": lambda: jitted(ta, tb, tc).numpy(),
         "lazy": lambda: chain(ta, tb, tc, clients).numpy(),
+        "hand-written": hand_written,
         "pyopencl.array": lambda: chain(ga, gb, gc_, clmath).get(),
         "numpy": lambda: chain(a, b, c, np),
     }
@@ -173,7 +182,7 @@ def small_chain(rounds: int) -> dict:
     timings = common.time_rounds(variants, rounds, warmup=3)
     out: dict = {"elements": SMALL, "variants": {k: t.to_dict() for k, t in timings.items()}, "torch": torch_note}
     for name in ("jit", "lazy"):
-        for peer in ("pyopencl.array", "numpy", "torch", "torch-cuda"):
+        for peer in ("hand-written", "pyopencl.array", "numpy", "torch", "torch-cuda"):
             if peer in timings:
                 out[f"{name}_over_{peer}"] = common.ratio(timings[name], timings[peer])
     return out
@@ -237,8 +246,8 @@ def summary_rows(result: dict) -> list[list[Any]]:
         rows.append([f"jit call of {r['kernels']} kernels: CPU us (wall us {r['wall_us']:.1f})", r["cpu_us"], "us"])
     for name, v in s["variants"].items():
         rows.append([f"16-op chain x{s['elements']}, {name}", common.us(v["median_s"]), "us"])
-    for key in ("jit_over_pyopencl.array", "lazy_over_pyopencl.array", "jit_over_torch", "jit_over_torch-cuda",
-                "jit_over_numpy"):
+    for key in ("jit_over_hand-written", "jit_over_pyopencl.array", "lazy_over_pyopencl.array", "jit_over_torch",
+                "jit_over_torch-cuda", "jit_over_numpy"):
         if key in s:
             rows.append([f"16-op chain x{s['elements']}: {key.replace('_over_', ' / ')} (time)",
                          s[key]["of_medians"], "x"])

@@ -333,6 +333,28 @@ def test_sigint_during_a_long_read_is_acted_on_within_100_ms_and_the_value_stays
     assert _lock_is_free(client)
 
 
+def test_main_thread_waits_that_outlast_the_polling_share_one_kept_helper_thread(client):
+    from fusion_server.runtime import waits
+
+    spin = _long_kernel()
+    x = clients.asarray(np.ones(4096, np.float32))
+    spin(x, rounds=10).numpy()  # built before the counted part
+    rounds = 20_000
+    while True:  # long enough that every read outlasts the polling, on any device
+        start = time.perf_counter()
+        spin(x, rounds=rounds).numpy()
+        if time.perf_counter() - start > 20 * waits.SPIN_SECONDS:
+            break
+        rounds *= 4
+    want = spin(x, rounds=rounds).numpy()
+    kept = list(waits._idle)
+    assert kept, "no helper thread was kept after a wait that outlasted the polling"
+    for _ in range(5):
+        np.testing.assert_array_equal(spin(x, rounds=rounds).numpy(), want)
+        assert waits._idle == kept and not waits._busy, "a wait started a helper of its own"
+    assert _lock_is_free(client)
+
+
 # -- every failure kind frees what it held ----------------------------------------------------
 def _counts():
     settle()
