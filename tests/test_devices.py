@@ -117,6 +117,19 @@ def test_a_driver_that_packs_work_items_into_lanes_is_known_by_its_preferences(k
     assert info.packs_work_items is packs
 
 
+@pytest.mark.parametrize("preferred, native, alone", [(1, 16, True), (16, 16, False)])
+def test_heavy_work_items_run_alone_where_the_driver_packs_lanes(monkeypatch, preferred, native, alone):
+    """Work-items that loop (a row each: reductions, scans, the sort's radix stage) get
+    work-groups of one where the driver packs work-items into lanes; elsewhere groups
+    shrink on CPUs until every core gets several, and light work keeps the full size."""
+    ctx = clients.client_for().server.ctx
+    info = dataclasses.replace(ctx.info, kind="CPU", compute_units=2, device=_Lanes(preferred, native))
+    monkeypatch.setattr(ctx, "info", info)
+    assert ctx.group_size(1 << 20) == ctx.local_size
+    heavy = ctx.group_size(1024, heavy=True)
+    assert heavy == (1 if alone else min(ctx.local_size, 128))
+
+
 def test_contiguous_element_wise_kernels_are_scalar_code_where_the_driver_packs_lanes():
     import numpy as np
 

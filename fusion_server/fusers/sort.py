@@ -118,8 +118,10 @@ class SortPlan(LonePlan):
             seg = run_segment(n, rows, ctx.info.compute_units)
             per_row = _ceil_div(n, seg)
             items = rows * per_row
-            # Several work-groups per core (a CPU driver runs one on one core at a time).
-            local = _pow2_floor(max(1, min(64, items // (4 * ctx.info.compute_units))))
+            # Several work-groups per core (a CPU driver runs one on one core at a time);
+            # a driver that packs work-items into lanes runs them alone (ctx.group_size).
+            local = 1 if ctx.info.packs_work_items else \
+                _pow2_floor(max(1, min(64, items // (4 * ctx.info.compute_units))))
         else:
             # The tile kernel: segments of a power of two no longer than a tile.
             most = TILE_ITEMS.get(ctx.info.kind, TILE_ITEMS_OTHER)

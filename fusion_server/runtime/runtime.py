@@ -75,8 +75,16 @@ class DeviceRuntime:
         return cl.enqueue_copy(self.queue, buf, host, is_blocking=False)
 
     def download(self, host: np.ndarray, buf: cl.Buffer, byte_offset: int = 0) -> cl.Event:
-        """Non-blocking copy from `buf` into `host`; wait on the event before reading it."""
-        return cl.enqueue_copy(self.queue, host, buf, src_offset=byte_offset, is_blocking=False)
+        """Non-blocking copy from `buf` into `host`; wait on the event before reading it.
+        The queue is flushed: the host waits for this next (see `marker`)."""
+        event = cl.enqueue_copy(self.queue, host, buf, src_offset=byte_offset, is_blocking=False)
+        self.queue.flush()
+        return event
 
     def marker(self) -> cl.Event:
-        return cl.enqueue_marker(self.queue)
+        """An event that completes after all enqueued work, which is submitted now: a
+        driver may hold commands until a flush or a blocking wait (NVIDIA's does), and a
+        wait that polls first would poll for nothing."""
+        event = cl.enqueue_marker(self.queue)
+        self.queue.flush()
+        return event
