@@ -189,6 +189,23 @@ def test_aligned_tiles_read_every_layout_and_ragged_edge(mkn, a_t, b_t):
     assert rec.kernels[0].variant.startswith(f"tiled, tile {tile}, aligned {layout}, depth "), rec.kernels[0].variant
 
 
+@pytest.mark.parametrize("mkn, a_t, b_t", [(mkn, *t) for mkn in [(70, 150, 96), (33, 64, 40), (9, 200, 130)]
+                                           for t in _LAYOUTS])
+def test_the_rows_kernel_reads_every_layout_and_ragged_edge(mkn, a_t, b_t):
+    """The CPU kernel (forced on any device): B row-major and transposed (whose panel is
+    copied down its columns), depths over several K steps and a partial last one, column
+    blocks that are whole and one cut by N, the epilogue fused."""
+    from tests.conftest import server_settings
+
+    m, k, n = mkn
+    a, w, bias = rand((m, k), seed=21), rand((k, n), seed=22), rand(n, seed=23)
+    with server_settings(matmul_strategy="rows"), clients.inspect() as rec:
+        got = clients.maximum(_operand(a, a_t) @ _operand(w, b_t) + clients.asarray(bias), 0.0).numpy()
+    np.testing.assert_allclose(got, np.maximum(a @ w + bias, 0), rtol=1e-4, atol=1e-4)
+    assert len(rec.kernels) == 1 and rec.kernels[0].kind == "matmul"
+    assert rec.kernels[0].variant.startswith("rows"), rec.kernels[0].variant
+
+
 def test_aligned_tiles_batched_and_integer():
     from tests.conftest import server_settings
 
