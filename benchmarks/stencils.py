@@ -7,19 +7,20 @@
     x - x.T                    y = x * 3 + 1; y - y.T
 
 x: float32, 2048 x 2048 (--size large) or 1024 x 1024 (small). The fuser reads each
-view of the computed value by recomputing the value at the view's coordinates, or,
-when the value's views would cost more to recompute than the device's budget, writes
-it and reads it back (fusers/remap.py); `explain()` says which, and the kernels per run
+view of the computed value by recomputing the value at the view's coordinates; when the
+value's views would cost more to recompute than the device's budget, it stages the
+value in local memory where the views only shift it (fusers/staging.py), else writes it
+and reads it back (fusers/remap.py); `explain()` says which, and the kernels per run
 are counted with `clients.inspect()`.
 
 Variants, side by side in interleaved rounds: fused (the library, input on the device,
-waiting for it), fused with the other choice (the recompute budget set so that the block
-writes the value where the fuser recomputes it, or the reverse), numpy (the same code
-on the host array), hand-written (one OpenCL kernel on the library's queue computing
-each output from x directly, the value recomputed for every tap, as a newcomer writes
-it) and torch (the same code on torch tensors on the GPU where CUDA is there, else on
-the CPU; when installed). Reported:
-wall times, device kernel times (FUSION_PROFILE=1) and ratios against the fused run.
+waiting for it), each of the fuser's three ways forced (recomputed, staged where the
+views allow it, written and read back), numpy (the same code on the host array),
+hand-written (one OpenCL kernel on the library's queue computing each output from x
+directly, the value recomputed for every tap, as a newcomer writes it) and torch (the
+same code on torch tensors on the GPU where CUDA is there, else on the CPU; when
+installed). Reported: wall times, device kernel times (FUSION_PROFILE=1) and ratios
+against the fused run.
 
     python -m benchmarks.stencils [--size small|large] [--repeat N] [--out DIR]
 """
@@ -144,27 +145,34 @@ def run_case(name: str, case: dict, side: int, repeat: int) -> dict:
     def hand() -> Any:
         enqueue().wait()
 
-    # The fuser's other choice, measured beside its own: recomputing where it writes the value
-    # and reads it back, or the reverse (the budget is read when a block runs).
+    # The fuser's three ways, each forced, measured beside its own choice: recompute the
+    # value at every view, stage it in local memory (where the views only shift it), or
+    # write it and read it back (settings are read when a block runs).
     client = clients.client_for()
-    other_budget = 0 if "recomputes" in how else 10**6
 
-    def with_other_budget(fn):
+    def with_settings(fn, **settings):
         def call() -> Any:
-            client.call(lambda server: setattr(server, "recompute_budget", other_budget))
+            client.call(lambda server: [setattr(server, k, v) for k, v in settings.items()])
             try:
                 return fn()
             finally:
-                client.call(lambda server: setattr(server, "recompute_budget", None))
+                client.call(lambda server: [setattr(server, k, d) for k, d in
+                                            (("recompute_budget", None), ("stencil_staging", True))])
         return call
 
-    other = with_other_budget(fused)
-
-    with clients.inspect() as rec:
-        other()
-    other_kernels = len(rec.kernels)
-    variants = {"fused": fused, "fused, other choice": other, "numpy": lambda: case["stencil"](host_value(a)),
-                "hand-written": hand}
+    forced = {"recomputed": {"recompute_budget": 10**6}, "staged": {"recompute_budget": 0},
+              "written + read back": {"recompute_budget": 0, "stencil_staging": False}}
+    choices = {}
+    for label, settings in forced.items():
+        with clients.inspect() as rec:
+            with_settings(fused, **settings)()
+        choices[label] = {"settings": settings, "kernels_per_run": len(rec.kernels),
+                          "staged": any(k.variant.startswith("staged") for k in rec.kernels)}
+    # (where the views do not only shift the value, "staged" runs as written + read back)
+    variants = {"fused": fused, **{f"fused, {label}": with_settings(fused, **settings)
+                                   for label, settings in forced.items() if label != "staged"
+                                   or choices[label]["staged"]},
+                "numpy": lambda: case["stencil"](host_value(a)), "hand-written": hand}
     peer = _torch_variant(case, a)
     if peer is not None:
         variants[peer[0]] = peer[1]
@@ -172,13 +180,15 @@ def run_case(name: str, case: dict, side: int, repeat: int) -> dict:
     device = None
     if dtime.profiling(queue):
         fused_sampler = dtime.fused_seconds(lambda: case["stencil"](case["value"](x)))
-        samplers = {"fused": fused_sampler, "fused, other choice": with_other_budget(fused_sampler),
+        samplers = {"fused": fused_sampler,
+                    **{k: with_settings(fused_sampler, **forced[k[len("fused, "):]])
+                       for k in variants if k.startswith("fused, ")},
                     "hand-written": dtime.enqueued_seconds(enqueue)}
         device = {k: t.to_dict() for k, t in dtime.device_rounds(samplers, repeat).items()}
     return {
         "side": side,
         "kernels_per_run": kernels,
-        "other_choice": {"recompute_budget": other_budget, "kernels_per_run": other_kernels},
+        "choices": choices,
         "explain": how,
         "variants": {k: t.to_dict() for k, t in wall.items()},
         "device_kernel_time": device,
@@ -198,24 +208,25 @@ def run(size: str = "large", repeat: int = 10) -> dict:
 
 
 def report(result: dict) -> None:
+    forced = ("fused, recomputed", "fused, staged", "fused, written + read back")
     rows = []
     for name, c in result["cases"].items():
         v, r = c["variants"], c["ratios"]
-        dev = c["device_kernel_time"]
+        dev = c["device_kernel_time"] or {}
         peer = next((k for k in v if k.startswith("torch")), None)
-        rows.append([name, c["kernels_per_run"], common.ms(v["fused"]["median_s"]),
-                     None if dev is None else common.ms(dev["fused"]["median_s"]),
-                     None if dev is None else common.ms(dev["fused, other choice"]["median_s"]),
-                     None if dev is None else common.ms(dev["hand-written"]["median_s"]),
-                     r["fused_vs_fused, other choice"]["of_medians"],
+
+        def kernel_ms(k: str, dev: dict = dev):
+            return common.ms(dev[k]["median_s"]) if k in dev else None
+
+        rows.append([name, c["kernels_per_run"], common.ms(v["fused"]["median_s"]), kernel_ms("fused"),
+                     *(kernel_ms(k) for k in forced), kernel_ms("hand-written"),
                      r["fused_vs_numpy"]["of_medians"], r["fused_vs_hand-written"]["of_medians"],
                      None if peer is None else r[f"fused_vs_{peer}"]["of_medians"]])
     side = next(iter(result["cases"].values()))["side"]
-    common.print_table(f"stencils over a computed {side}^2 float32 value (medians; ratios: other / fused)",
-                       ["case", "kernels", "fused ms", "fused kernels ms", "other choice's kernels ms",
-                        "hand kernel ms", "vs other choice",
-                        "vs numpy",
-                        "vs hand-written", "vs torch"], rows)
+    common.print_table(f"stencils over a computed {side}^2 float32 value (medians; ratios: other / fused; "
+                       "kernel times in ms)",
+                       ["case", "kernels", "fused ms", "fused", "recomputed", "staged", "written + read",
+                        "hand", "vs numpy", "vs hand-written", "vs torch"], rows)
     for name, c in result["cases"].items():
         print(f"{name}:\n  " + c["explain"].replace("\n", "\n  "))
 

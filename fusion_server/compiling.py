@@ -15,6 +15,7 @@ from .codegen import reduce as rg
 from .codegen import scan as scn
 from .codegen import search as sc
 from .codegen import sort as sg
+from .codegen import stencil as stg
 from .errors import kept
 from .runtime.programs import ProgramCache
 
@@ -25,7 +26,8 @@ BUILD_OPTIONS = ("-cl-fp32-correctly-rounded-divide-sqrt",)
 def _generator(spec):
     """The codegen module that turns `spec` into source."""
     for module, kind in ((rg, rg.ReduceSpec), (mg, mg.MatmulSpec), (sg, sg.SortSpec), (gg, gg.MoveSpec),
-                         (sc, sc.SearchSpec), (scn, scn.ScanSpec)):
+                         (sc, sc.SearchSpec), (scn, scn.ScanSpec),
+                         (stg, stg.StencilSpec)):
         if isinstance(spec, kind):
             return module
     return cg

@@ -19,6 +19,7 @@ import pyopencl as cl
 from .codegen import elementwise as cg
 from .codegen import matmul as mg
 from .codegen import reduce as rg
+from .codegen import stencil as stg
 from .compiling import CompileJob, NeedsCompile
 from .errors import FusionError, TensorFailedError, after_failed_input, kept
 from .handles import FAILED, PENDING, READY, Entry, HandleContainer, Storage
@@ -70,6 +71,9 @@ def variant_of(spec) -> str:
     if isinstance(spec, rg.ReduceSpec):
         parts = f", {spec.width // spec.acc_width} accumulators" if spec.acc_width else ""
         return f"{spec.strategy}, width {spec.width}{parts}"
+    if isinstance(spec, stg.StencilSpec):
+        (ty, tx), (hy, hx) = spec.tile, spec.halo
+        return f"staged, tile {ty} x {tx}, halo {hy} x {hx}"
     if isinstance(spec, mg.MatmulSpec):
         if spec.strategy == "rows":
             return f"rows, {spec.vector_bytes}-byte vectors"
@@ -109,6 +113,9 @@ class BlockContext:
         self.scan_strategy: str | None = None  # likewise: "tiles" (GPUs) or "chunks" (CPUs)
         # None: per device kind (fusers/remap.py); 0 never recomputes a value for a view of it.
         self.recompute_budget: int | None = None
+        # A value over that budget whose views only shift it is staged in local memory
+        # (fusers/staging.py); False writes it and reads it back by a second kernel.
+        self.stencil_staging = True
         self.compile_under_lock = False  # True only for callers that cannot release it
         # A kernel whose vector build fails is built again as scalar code before its block
         # fails (off while qualifying, where a failing vector build is the finding).

@@ -123,6 +123,7 @@ class FusionServer:
     matmul_strategy = _OnContext()
     scan_strategy = _OnContext()
     recompute_budget = _OnContext()
+    stencil_staging = _OnContext()
     compile_under_lock = _OnContext()
     build_fallback = _OnContext()
     in_flight = _OnContext()
@@ -263,7 +264,8 @@ class FusionServer:
 
     # What `reconfigure` may change: what streams are made with.
     SETTINGS = ("mode", "max_bindings", "max_ops", "widths", "pack_lanes", "reduce_strategy", "matmul_strategy",
-                "scan_strategy", "recompute_budget", "fuser_factories", "plan_store_enabled", "build_fallback")
+                "scan_strategy", "recompute_budget", "stencil_staging", "fuser_factories", "plan_store_enabled",
+                "build_fallback")
 
     def reconfigure(self, why: str = "settings change", **settings) -> dict:
         """Run every stream's queue, change `settings` (names in SETTINGS), and drop the

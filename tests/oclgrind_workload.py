@@ -69,6 +69,24 @@ def main() -> None:
     check("custom vector", soft(tm * 4.0), np.where(m * 4 > 20, m * 4, np.log1p(np.exp(m * 4))))
     mixed = clients.custom.elementwise("mixed", "select(a, b, (int)(a > b))", inputs=("a", "b"))
     check("custom scalar-only", mixed(tm, tcol), np.where(m > col, col, m))
+    # Stencils over a dear value, staged in local memory (a barrier between the parts):
+    # one tile, ragged tiles, a single row.
+    for shape in ((5, 7), (40, 90), (1, 300)):
+        p = rng.uniform(0.5, 2, shape).astype(np.float32)
+        tp = clients.asarray(p)
+        if shape[0] == 1:
+            check(f"staged 1-D {shape}", _blur_1d(tp ** 2.2), _blur_1d(p ** np.float32(2.2)))
+        else:
+            check(f"staged blur {shape}", _blur(tp ** 2.2), _blur(p ** np.float32(2.2)))
+
+
+def _blur(g):
+    return (g[:-2, :-2] + g[1:-1, :-2] + g[2:, :-2] + g[:-2, 1:-1] + g[1:-1, 1:-1] + g[2:, 1:-1]
+            + g[:-2, 2:] + g[1:-1, 2:] + g[2:, 2:]) / 9
+
+
+def _blur_1d(g):  # (five taps of pow cost more than any device's recompute budget)
+    return (g[:, :-4] + g[:, 1:-3] + g[:, 2:-2] + g[:, 3:-1] + g[:, 4:]) / 5
 
 
 if __name__ == "__main__":

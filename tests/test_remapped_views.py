@@ -102,14 +102,15 @@ def test_three_dimensional_transposes_and_broadcast_views():
 
 
 def test_a_value_whose_views_cost_too_much_is_written_and_read_back():
+    """(with staging in local memory off: fusers/staging.py, test_staged_stencils.py)"""
     a = rand((20, 24))
     x = clients.asarray(a)
     for budget, kernels in ((0, 2), (10_000, 1)):
-        with server_settings(recompute_budget=budget), clients.inspect() as rec:
+        with server_settings(recompute_budget=budget, stencil_staging=False), clients.inspect() as rec:
             got = box_blur(x ** 2.2).numpy()
         np.testing.assert_allclose(got, box_blur(a ** np.float32(2.2)), rtol=1e-5, atol=1e-6)
         assert len(rec.kernels) == kernels
-    with server_settings(recompute_budget=0), clients.inspect() as rec:
+    with server_settings(recompute_budget=0, stencil_staging=False), clients.inspect() as rec:
         box_blur(x ** 2.2).numpy()
     assert _ops(rec) == [["pow"], ["add"] * 8 + ["divide"]]
     assert "over the budget of 0: written, and read back by the next kernel" in rec.explain()
@@ -235,7 +236,8 @@ def test_views_past_the_binding_limit_close_the_block():
 def test_a_failed_first_kernel_fails_the_second_and_nothing_else(server):
     a = rand((8, 8))
     x = clients.asarray(a)
-    with server_settings(recompute_budget=0), failing_builds(server.runtime.programs, "log2", RuntimeError):
+    with server_settings(recompute_budget=0, stencil_staging=False), \
+            failing_builds(server.runtime.programs, "log2", RuntimeError):
         y = box_blur(clients.log2(x) * 1.5)  # written by a kernel that fails, read by one that builds
         other = x + 1.0
         with pytest.raises(clients.TensorFailedError, match="log2"):

@@ -22,6 +22,8 @@ from ..ir import ElementwiseOp, OperationIr, outputs_of, size_of, tensor_inputs
 from ..plans import PlanRejected
 from .base import LimitedFuser
 from .remap import budget_of, composed_layout, cone_cost, cone_of, plan_remap, size_runs, value_target, view_map
+from .staging import StagedParts, staged_launch
+from .staging import note as staged_note
 from .trace import bind_slots, index_type, relative_slots, spec_index_value
 from .values import flat_alias, flat_readable, inblock_reads, liveness, needed_values, view_slots
 
@@ -299,6 +301,13 @@ class ElementwisePlan:
                            for op in ops for t in tensor_inputs(op) if t in entries):
                 run_around_failures(ctx, ops)
                 return []
+            parts = recipe.staging
+            if parts is not None and ctx.stencil_staging and not parts.why_not:
+                launch = staged_launch(ctx, ops, parts, self.max_bindings)
+                if launch is None:
+                    return []
+                if type(launch) is not str:
+                    return [_noted(ctx, staged_note(ops, parts), launch)]
             split = recipe.split
             launches = []
             for part, cache in zip((ops[:split], ops[split:]), recipe.part_caches):
@@ -416,7 +425,7 @@ class _Recipe:
 
     __slots__ = ("needed", "live_ops", "names", "trace", "in_slots", "scalar_slots", "scalar_dtypes",
                  "outputs", "scalar_code", "dtypes", "flat_index", "kernels", "big", "singles", "single_outputs",
-                 "split", "why_split", "recomputed", "layouts", "part_caches")
+                 "split", "why_split", "recomputed", "layouts", "part_caches", "staging")
 
     def __init__(self, ops: list[ElementwiseOp], needed: set[int], scalar_exprs: set,
                  aliases: dict[int, int] | None = None, remaps: dict[int, int] | None = None, budget: int = 0):
@@ -424,6 +433,7 @@ class _Recipe:
         self.layouts: dict[tuple, tuple] = {}  # (see _layout)
         self.recomputed = self.why_split = ""
         self.split = None
+        self.staging = None
         cones = None
         if remaps:
             produced = {op.out.id: j for j, op in enumerate(ops)}
@@ -431,6 +441,7 @@ class _Recipe:
             self.split, self.why_split = _split_point(ops, needed, remaps, cones, budget)
             if self.split is not None:
                 self.trace = ()
+                self.staging = StagedParts(ops, self.split, sorted(needed), remaps, aliases)
                 # What each part's plan keeps between runs, as a store node's cache does:
                 # a recipe with this split always cuts the same parts.
                 self.part_caches = ({}, {})

@@ -13,7 +13,8 @@ never writes `g`.
 Recomputing costs the cone's work once per read; closing the block instead costs a
 second kernel, the value written once and read back (`reads` times, mostly from cache).
 The fuser recomputes while the work a read adds stays under a budget per device kind
-(`RECOMPUTE_BUDGET`, chosen from the measurements written there).
+(`RECOMPUTE_BUDGET`, chosen from the measurements written there). Over it, a value whose
+views only shift it is staged in local memory (staging.py), else written and read back.
 """
 
 from __future__ import annotations
