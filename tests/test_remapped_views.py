@@ -21,6 +21,14 @@ from fusion_server.handles import Entry, Storage
 from fusion_server.ir import TensorIr, contiguous_strides
 
 
+@pytest.fixture(autouse=True)
+def _no_staging():
+    """Recomputing and writing back, on every device (GPUs would stage shifted views
+    first: test_staged_stencils.py)."""
+    with server_settings(stencil_staging=False):
+        yield
+
+
 def _ops(rec) -> list[list[str]]:
     return [k.ops for k in rec.kernels]
 

@@ -27,7 +27,8 @@ PLAIN_VECTORS = "FUSION_PLAIN_VECTORS"
 
 def vector_access(dtypes: set, width: int) -> list[str]:
     """Source lines defining VLOAD(T, W, p) and VSTORE(T, W, v, p) for vectors of `width`
-    elements of `dtypes`, read and written at any element-aligned address."""
+    elements of `dtypes`, read and written at any element-aligned address (global
+    memory; VLOAD_LOCAL and VSTORE_LOCAL for local memory)."""
     if width == 1:
         return []
     lines = [f"#ifdef {PLAIN_VECTORS}"]
@@ -36,9 +37,13 @@ def vector_access(dtypes: set, width: int) -> list[str]:
         lines.append(f"typedef {base} {base}{width}_u __attribute__(({attributes}));")
     lines += ["#define VLOAD(T, W, p) (*(__global const T##W##_u*)(p))",
               "#define VSTORE(T, W, v, p) (*(__global T##W##_u*)(p) = (v))",
+              "#define VLOAD_LOCAL(T, W, p) (*(__local const T##W##_u*)(p))",
+              "#define VSTORE_LOCAL(T, W, v, p) (*(__local T##W##_u*)(p) = (v))",
               "#else",
               "#define VLOAD(T, W, p) vload##W(0, p)",
               "#define VSTORE(T, W, v, p) vstore##W(v, 0, p)",
+              "#define VLOAD_LOCAL(T, W, p) vload##W(0, p)",
+              "#define VSTORE_LOCAL(T, W, v, p) vstore##W(v, 0, p)",
               "#endif"]
     return lines
 

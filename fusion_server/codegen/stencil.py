@@ -43,10 +43,11 @@ class StencilSpec(NamedTuple):
     local: tuple[int, int]  # (LY, LX) work-items per group
     tile: tuple[int, int]  # (TY, TX) outputs per group, in rounds of the work-items over them
     halo: tuple[int, int]  # (HY, HX): the extra rows and columns of a staged array
-    width: int = 1  # staged elements of a row per work-item, as one vector
+    width: int = 1  # staged elements and outputs of a row per work-item, as one vector
     # per value input, how a vector of a row reads it: "row" (consecutive elements),
     # "splat" (one element, broadcast along the row) or "gather"
     value_classes: tuple[str, ...] = ()
+    input_classes: tuple[str, ...] = ()  # the same, per input
 
 
 def scalar_variant(spec: StencilSpec) -> None:
@@ -55,7 +56,11 @@ def scalar_variant(spec: StencilSpec) -> None:
 
 
 def staged_shape(spec: StencilSpec) -> tuple[int, int]:
-    return spec.tile[0] + spec.halo[0], spec.tile[1] + spec.halo[1]
+    """(rows, row pitch) of a staged array: the tile and its halo, rows padded to whole
+    vectors in vector code (a row's last few elements cost one vector, not a scalar
+    loop of the dear op each)."""
+    w = spec.width
+    return spec.tile[0] + spec.halo[0], -(-(spec.tile[1] + spec.halo[1]) // w) * w
 
 
 def local_bytes(spec: StencilSpec) -> int:
@@ -109,27 +114,32 @@ def _shifted_scalars(ops: tuple[cg.TraceOp, ...], by: int) -> tuple[cg.TraceOp, 
                  for op in ops)
 
 
-def _value_body(spec: StencilSpec, first_spec: cg.KernelSpec, scalar_lines: list[str], width: int,
-                lane: str = "") -> list[str]:
+def _load(array: str, dtype: np.dtype, cls: str, row: str, col: str, stride: str, width: int) -> str:
+    """The `width` elements of a row of an input from column `col` on: `array[row + c * stride]`."""
+    if width == 1:
+        return f"{array}[{row} + {col} * {stride}]"
+    if cls == "row":
+        return ex.vload(f"{array} + {row} + {col}", dtype, width)
+    if cls == "splat":
+        return ex.splat(f"{array}[{row}]", dtype, width)
+    lanes = ", ".join(f"{array}[{row} + ({col} + {e}) * {stride}]" for e in range(width))
+    return f"(({ex.type_name(dtype, width)})({lanes}))"
+
+
+def _scalar_lines(spec: StencilSpec, width: int) -> list[str]:
+    return [f"const {ex.type_name(d, width)} s{k} = {ex.splat(f'a{k}', d, width)};"
+            for k, d in enumerate(spec.scalars)]
+
+
+def _value_body(spec: StencilSpec, first_spec: cg.KernelSpec, width: int, lane: str = "") -> list[str]:
     """Loads, ops and stores of the staged values at `width` elements from (gy, gx),
     or at the one element `lane` further along the row."""
     at = f"(gx + {lane})" if lane else "gx"
     lines = []
-    for k, (d, cls) in enumerate(zip(spec.value_inputs, spec.value_classes)):
-        T = ex.type_name(d, width)
-        p = f"VO{k} + gy * VA{k} + {at} * VB{k}"
-        if width == 1:
-            load = f"vin{k}[{p}]"
-        elif cls == "row":
-            load = ex.vload(f"vin{k} + VO{k} + gy * VA{k} + gx", d, width)
-        elif cls == "splat":
-            load = ex.splat(f"vin{k}[VO{k} + gy * VA{k}]", d, width)
-        else:
-            load = f"({T})(" + ", ".join(f"vin{k}[VO{k} + gy * VA{k} + (gx + {e}) * VB{k}]"
-                                          for e in range(width)) + ")"
-        lines.append(f"const {T} x{k} = {load};")
-    lines += [f"const {ex.type_name(d, width)} s{k} = {ex.splat(f'a{k}', d, width)};"
-              for k, d in enumerate(spec.scalars)] if width > 1 else scalar_lines
+    for k, (d, cls) in enumerate(zip(spec.value_inputs, spec.value_classes or ("gather",) * len(spec.value_inputs))):
+        load = _load(f"vin{k}", d, cls, f"VO{k} + gy * VA{k}", at, f"VB{k}", width)
+        lines.append(f"const {ex.type_name(d, width)} x{k} = {load};")
+    lines += _scalar_lines(spec, width)
     for j, op in enumerate(spec.value_ops):
         lines += cg._op_expr(first_spec, op, j, width)
     t = f"t + {lane}" if lane else "t"
@@ -137,11 +147,37 @@ def _value_body(spec: StencilSpec, first_spec: cg.KernelSpec, scalar_lines: list
         if width == 1:
             lines.append(f"tile{a}[{t}] = v{j};")
         else:
-            lines.append(f"vstore{width}(v{j}, 0, tile{a} + t);")
+            T = dt.CL_NAME[spec.value_ops[j].out]
+            lines.append(f"VSTORE_LOCAL({T}, {width}, v{j}, tile{a} + t);")
     return lines
 
 
-def _vector_rounds(spec: StencilSpec, first_spec: cg.KernelSpec, scalar_lines: list[str]) -> list[str]:
+def _output_body(spec: StencilSpec, second_spec: cg.KernelSpec, tap_dtypes: tuple, width: int,
+                 lane: str = "") -> list[str]:
+    """Loads (the taps from the staged arrays), ops and stores of `width` outputs from
+    (y, x), or of the one output `lane` further along the row."""
+    sx = staged_shape(spec)[1]
+    x, ox = (f"(x + {lane})", f"(ox + {lane})") if lane else ("x", "ox")
+    lines = []
+    for k, (d, cls) in enumerate(zip(spec.inputs, spec.input_classes or ("gather",) * len(spec.inputs))):
+        load = _load(f"in{k}", d, cls, f"O{k} + y * A{k}", x, f"B{k}", width)
+        lines.append(f"const {ex.type_name(d, width)} x{k} = {load};")
+    for t, (a, dy, dx) in enumerate(spec.taps):
+        at = f"(oy + {dy}) * {sx} + {ox} + {dx}"
+        load = f"tile{a}[{at}]" if width == 1 else f"VLOAD_LOCAL({dt.CL_NAME[tap_dtypes[t]]}, {width}, tile{a} + {at})"
+        lines.append(f"const {ex.type_name(tap_dtypes[t], width)} x{len(spec.inputs) + t} = {load};")
+    lines += _scalar_lines(spec, width)
+    for j, op in enumerate(second_spec.ops):
+        lines += cg._op_expr(second_spec, op, j, width)
+    for m, j in enumerate(spec.outputs):
+        if width == 1:
+            lines.append(f"out{m}[y * D1 + {x}] = v{j};")
+        else:
+            lines.append(ex.vstore(f"v{j}", f"out{m} + y * D1 + x", spec.ops[j].out, width))
+    return lines
+
+
+def _vector_rounds(spec: StencilSpec, first_spec: cg.KernelSpec) -> list[str]:
     """The staging loop of vector code: one vector of a row per work-item and round, the
     value's last partial vector of a row element by element. The loops have the same
     trip count in every work-item, which CPU drivers need to run them across the
@@ -156,11 +192,11 @@ def _vector_rounds(spec: StencilSpec, first_spec: cg.KernelSpec, scalar_lines: l
     inside = " && ".join([f"i < {sy}"] * (sy % ly != 0) + [f"j < {sx}"] * (sx % (lx * W) != 0) + ["gy < G0"])
     src.append(f"    if ({inside}) {{")
     src.append(f"     if (gx + {W} <= G1) {{")
-    src += ["      " + line for line in _value_body(spec, first_spec, scalar_lines, W)]
+    src += ["      " + line for line in _value_body(spec, first_spec, W)]
     src.append("     } else {")
     src.append(f"      for (int e = 0; e < {W}; ++e) {{")
     src.append("       if (gx + e < G1) {")
-    src += ["        " + line for line in _value_body(spec, first_spec, scalar_lines, 1, "e")]
+    src += ["        " + line for line in _value_body(spec, first_spec, 1, "e")]
     src.append("       }")
     src.append("      }")
     src.append("     }")
@@ -174,7 +210,8 @@ def generate(spec: StencilSpec) -> tuple[str, str]:
     """(source, kernel name) for `spec`."""
     name = kernel_name(spec)
     (ly, lx), (ty, tx) = spec.local, spec.tile
-    ry, rx = -(-ty // ly), -(-tx // lx)
+    W = spec.width
+    ry, rx = -(-ty // ly), -(-tx // (lx * W))
     sy, sx = staged_shape(spec)
     second = _shifted_scalars(spec.ops, spec.value_scalars)
     tap_dtypes = tuple(spec.value_ops[spec.staged[a]].out for a, _, _ in spec.taps)
@@ -185,7 +222,8 @@ def generate(spec: StencilSpec) -> tuple[str, str]:
     if dt.float64 in every:
         src.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
     src.append(f"typedef {spec.index} IDX;")
-    src += ex.vector_access(set(spec.value_inputs), spec.width)
+    src += ex.vector_access({*spec.value_inputs, *spec.inputs, *(spec.ops[j].out for j in spec.outputs),
+                             *tap_dtypes}, W)
     for hname, hdtype in sorted({(op.name, op.compute) for op in spec.value_ops + spec.ops
                                  if ex.needs_scalar_code(op.name, op.compute)}, key=repr):
         src.append(ex.helper_source(hname, hdtype))
@@ -201,38 +239,41 @@ def generate(spec: StencilSpec) -> tuple[str, str]:
         src.append(f"  const IDX {var} = (IDX)meta[{pos}];")
     src.append(f"  const IDX ty0 = (IDX)get_group_id(1) * {ty}, tx0 = (IDX)get_group_id(0) * {tx};")
     src.append("  const int lx = get_local_id(0), ly = get_local_id(1);")
-    scalar_lines = [f"const {dt.CL_NAME[d]} s{k} = a{k};" for k, d in enumerate(spec.scalars)]
     # The staged values over the tile and its halo (elements past the value's edge are
     # left unset: only outputs past the output's edge, which are not stored, read them).
-    W = spec.width
     if W == 1:  # one element per work-item and round, over the flat staged array
         # (a GPU's 34 x 34 array in rounds of 8 x 32 work-items left half of them idle)
         src.append(f"  for (int t = ly * {lx} + lx; t < {sy * sx}; t += {lx * ly}) {{")
         src.append(f"    const IDX gy = ty0 + L0 + t / {sx}, gx = tx0 + L1 + t % {sx};")
         src.append("    if (gy < G0 && gx < G1) {")
-        src += ["      " + line for line in _value_body(spec, first_spec, scalar_lines, 1)]
+        src += ["      " + line for line in _value_body(spec, first_spec, 1)]
         src.append("    }")
         src.append("  }")
     else:
-        src += _vector_rounds(spec, first_spec, scalar_lines)
+        src += _vector_rounds(spec, first_spec)
     src.append("  barrier(CLK_LOCAL_MEM_FENCE);")
+    # The outputs: `width` consecutive ones of a row per work-item and round, a row's last
+    # partial vector element by element.
     src.append(f"  for (int ry = 0; ry < {ry}; ++ry) {{")
     src.append(f"    for (int rx = 0; rx < {rx}; ++rx) {{")
-    src.append(f"      const int oy = ly + ry * {ly}, ox = lx + rx * {lx};")
+    src.append(f"      const int oy = ly + ry * {ly}, ox = (lx + rx * {lx}) * {W};")
     src.append("      const IDX y = ty0 + oy, x = tx0 + ox;")
-    inside = " && ".join([f"oy < {ty}"] * (ry * ly != ty) + [f"ox < {tx}"] * (rx * lx != tx) + ["y < D0 && x < D1"])
+    inside = " && ".join([f"oy < {ty}"] * (ry * ly != ty) + [f"ox < {tx}"] * (rx * lx * W != tx) + ["y < D0"])
     src.append(f"      if ({inside}) {{")
-    body = []
-    for k, d in enumerate(spec.inputs):
-        body.append(f"const {dt.CL_NAME[d]} x{k} = in{k}[O{k} + y * A{k} + x * B{k}];")
-    for t, (a, dy, dx) in enumerate(spec.taps):
-        body.append(f"const {dt.CL_NAME[tap_dtypes[t]]} x{len(spec.inputs) + t} = "
-                    f"tile{a}[(oy + {dy}) * {sx} + ox + {dx}];")
-    body += scalar_lines
-    for j, op in enumerate(second):
-        body += cg._op_expr(second_spec, op, j, 1)
-    body += [f"out{m}[y * D1 + x] = v{j};" for m, j in enumerate(spec.outputs)]
-    src += ["        " + line for line in body]
+    if W == 1:
+        src.append("       if (x < D1) {")
+        src += ["        " + line for line in _output_body(spec, second_spec, tap_dtypes, 1)]
+        src.append("       }")
+    else:
+        src.append(f"       if (x + {W} <= D1) {{")
+        src += ["        " + line for line in _output_body(spec, second_spec, tap_dtypes, W)]
+        src.append("       } else {")
+        src.append(f"        for (int e = 0; e < {W}; ++e) {{")
+        src.append("         if (x + e < D1) {")
+        src += ["          " + line for line in _output_body(spec, second_spec, tap_dtypes, 1, "e")]
+        src.append("         }")
+        src.append("        }")
+        src.append("       }")
     src += ["      }", "    }", "  }", "}"]
     return "\n".join(src) + "\n", name
 

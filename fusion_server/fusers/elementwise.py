@@ -22,7 +22,7 @@ from ..ir import ElementwiseOp, OperationIr, outputs_of, size_of, tensor_inputs
 from ..plans import PlanRejected
 from .base import LimitedFuser
 from .remap import budget_of, composed_layout, cone_cost, cone_of, plan_remap, size_runs, value_target, view_map
-from .staging import StagedParts, staged_launch
+from .staging import StagedParts, staged_launch, stages_first
 from .staging import note as staged_note
 from .trace import bind_slots, index_type, relative_slots, spec_index_value
 from .values import flat_alias, flat_readable, inblock_reads, liveness, needed_values, view_slots
@@ -269,16 +269,18 @@ class ElementwisePlan:
         remaps = {ops[j].inputs[s]: target for j, s, target in remap_slots} if remap_slots else None
         counted = {**aliases, **remaps} if aliases and remaps else aliases or remaps
         budget = budget_of(ctx) if remaps else 0
+        first = bool(remaps) and stages_first(ctx)
         if cache is None:
-            return _Recipe(ops, needed_values(ops, entries, None, counted), ctx.scalar_exprs, aliases, remaps, budget)
+            return _Recipe(ops, needed_values(ops, entries, None, counted), ctx.scalar_exprs, aliases, remaps, budget,
+                           first)
         reads = cache.get("reads")
         if reads is None:
             reads = cache["reads"] = inblock_reads(ops)
         needed = needed_values(ops, entries, reads, counted)
-        key = (*sorted(needed), -1 - budget)
+        key = (*sorted(needed), -1 - budget, first)
         recipe = cache.get(key)
         if recipe is None:
-            recipe = cache[key] = _Recipe(ops, needed, ctx.scalar_exprs, aliases, remaps, budget)
+            recipe = cache[key] = _Recipe(ops, needed, ctx.scalar_exprs, aliases, remaps, budget, first)
         return recipe
 
     def execute(self, ctx: BlockContext) -> None:
@@ -296,18 +298,23 @@ class ElementwisePlan:
         ops, entries = self.ops, ctx.entries
         views = self._views(entries)
         recipe = self._recipe(ctx, views)
+        parts = recipe.staging
+        if parts is not None and ctx.stencil_staging:
+            if top and any(entries[t].storage.status == FAILED
+                           for op in ops for t in tensor_inputs(op) if t in entries):
+                run_around_failures(ctx, ops)
+                return []
+            launch = staged_launch(ctx, ops, parts, self.max_bindings)
+            if launch is None:
+                return []
+            if type(launch) is not str:
+                return [_noted(ctx, staged_note(ops, parts), launch)]
+            # (these views or sizes do not stage: the block runs as it would otherwise)
         if recipe.split is not None:
             if top and any(entries[t].storage.status == FAILED
                            for op in ops for t in tensor_inputs(op) if t in entries):
                 run_around_failures(ctx, ops)
                 return []
-            parts = recipe.staging
-            if parts is not None and ctx.stencil_staging and not parts.why_not:
-                launch = staged_launch(ctx, ops, parts, self.max_bindings)
-                if launch is None:
-                    return []
-                if type(launch) is not str:
-                    return [_noted(ctx, staged_note(ops, parts), launch)]
             split = recipe.split
             launches = []
             for part, cache in zip((ops[:split], ops[split:]), recipe.part_caches):
@@ -428,7 +435,8 @@ class _Recipe:
                  "split", "why_split", "recomputed", "layouts", "part_caches", "staging")
 
     def __init__(self, ops: list[ElementwiseOp], needed: set[int], scalar_exprs: set,
-                 aliases: dict[int, int] | None = None, remaps: dict[int, int] | None = None, budget: int = 0):
+                 aliases: dict[int, int] | None = None, remaps: dict[int, int] | None = None, budget: int = 0,
+                 stage_first: bool = False):
         self.kernels: dict[tuple, tuple] = {}
         self.layouts: dict[tuple, tuple] = {}  # (see _layout)
         self.recomputed = self.why_split = ""
@@ -439,9 +447,17 @@ class _Recipe:
             produced = {op.out.id: j for j, op in enumerate(ops)}
             cones = {view: cone_of(ops, target, produced) for view, target in remaps.items()}
             self.split, self.why_split = _split_point(ops, needed, remaps, cones, budget)
+            # Staging in local memory (staging.py) where the views only shift their
+            # values: over the budget, or before recomputing where the device stages
+            # first (its launches decide whether these views stage).
+            cut = self.split
+            if cut is None and stage_first:
+                cut = _split_point(ops, needed, remaps, cones, -1)[0]
+            if cut is not None:
+                parts = StagedParts(ops, cut, sorted(needed), remaps, aliases)
+                self.staging = None if parts.why_not else parts
             if self.split is not None:
                 self.trace = ()
-                self.staging = StagedParts(ops, self.split, sorted(needed), remaps, aliases)
                 # What each part's plan keeps between runs, as a store node's cache does:
                 # a recipe with this split always cuts the same parts.
                 self.part_caches = ({}, {})
