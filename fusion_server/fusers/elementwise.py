@@ -455,7 +455,10 @@ class _Recipe:
                 cut = _split_point(ops, needed, remaps, cones, -1)[0]
             if cut is not None:
                 parts = StagedParts(ops, cut, sorted(needed), remaps, aliases)
-                self.staging = None if parts.why_not else parts
+                # (under the budget, only values read through several views: one view
+                # recomputes each element once, as staging would)
+                if not parts.why_not and (self.split is not None or parts.overlapping):
+                    self.staging = parts
             if self.split is not None:
                 self.trace = ()
                 # What each part's plan keeps between runs, as a store node's cache does:

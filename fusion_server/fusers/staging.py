@@ -100,7 +100,7 @@ class StagedParts:
 
     __slots__ = ("why_not", "split", "targets", "value_trace", "value_slots", "value_scalar_slots",
                  "value_scalar_dtypes", "staged", "trace", "in_slots", "tap_slots", "scalar_slots",
-                 "scalar_dtypes", "outputs", "needed", "names", "kernels", "layouts")
+                 "scalar_dtypes", "outputs", "needed", "names", "kernels", "layouts", "overlapping")
 
     def __init__(self, ops: list[ElementwiseOp], split: int, needed: list[int], remaps: dict[int, int],
                  aliases: dict[int, int] | None):
@@ -140,6 +140,8 @@ class StagedParts:
         self.tap_slots = [(slots[k], self.targets.index(read[second[slots[k][0]].inputs[slots[k][1]]]))
                           for k in taps]
         self.outputs = tuple(vmap2[j] for j in self.needed)
+        arrays = [a for _, a in self.tap_slots]
+        self.overlapping = any(arrays.count(a) > 1 for a in set(arrays))  # a value read by several views
         self.names = [t.name for t in self.value_trace] + [t.name for t in self.trace]
 
 
