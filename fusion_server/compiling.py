@@ -26,8 +26,7 @@ BUILD_OPTIONS = ("-cl-fp32-correctly-rounded-divide-sqrt",)
 def _generator(spec):
     """The codegen module that turns `spec` into source."""
     for module, kind in ((rg, rg.ReduceSpec), (mg, mg.MatmulSpec), (sg, sg.SortSpec), (gg, gg.MoveSpec),
-                         (sc, sc.SearchSpec), (scn, scn.ScanSpec),
-                         (stg, stg.StencilSpec)):
+                         (sc, sc.SearchSpec), (scn, scn.ScanSpec), (stg, stg.StencilSpec)):
         if isinstance(spec, kind):
             return module
     return cg

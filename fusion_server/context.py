@@ -113,8 +113,9 @@ class BlockContext:
         self.scan_strategy: str | None = None  # likewise: "tiles" (GPUs) or "chunks" (CPUs)
         # None: per device kind (fusers/remap.py); 0 never recomputes a value for a view of it.
         self.recompute_budget: int | None = None
-        # A value over that budget whose views only shift it is staged in local memory
-        # (fusers/staging.py); False writes it and reads it back by a second kernel.
+        # A value whose views only shift it is staged in local memory over that budget
+        # (before recomputing, on GPUs: fusers/staging.py); False: recomputed under the
+        # budget, written and read back by a second kernel over it.
         self.stencil_staging = True
         self.compile_under_lock = False  # True only for callers that cannot release it
         # A kernel whose vector build fails is built again as scalar code before its block

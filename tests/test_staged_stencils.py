@@ -113,14 +113,14 @@ def test_two_staged_values_in_one_kernel():
     assert sorted(rec.kernels[0].ops).count("exp") == 1
 
 
-@pytest.mark.parametrize("why, build", [
-    ("a transpose", lambda g: g - g.T),
-    ("a flip", lambda g: g[::-1] + g),
-    ("a strided view", lambda g: g[::2, ::2] + g[1::2, 1::2]),
-    ("a wide halo", lambda g: g[:-12] + g[12:]),
-    ("a held value", None),
+@pytest.mark.parametrize("why, build, says", [
+    ("a transpose", lambda g: g - g.T, "a view transposes, flips or strides its value"),
+    ("a flip", lambda g: g[::-1] + g, "a view transposes, flips or strides its value"),
+    ("a strided view", lambda g: g[::2, ::2] + g[1::2, 1::2], "a view transposes, flips or strides its value"),
+    ("a wide halo", lambda g: g[:-12] + g[12:], "the views' shifts span 12 elements, over 8"),
+    ("a held value", None, "a value of the first part lives on after the block"),
 ])
-def test_views_that_do_not_stage_run_as_two_kernels(why, build):
+def test_views_that_do_not_stage_run_as_two_kernels(why, build, says):
     a = rand((24, 24))
     x = clients.asarray(a)
     g_np = np.exp(a)
@@ -138,6 +138,7 @@ def test_views_that_do_not_stage_run_as_two_kernels(why, build):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=why)
     assert not _staged(rec), why
     assert len(rec.kernels) == 2, why
+    assert f"(not staged in local memory: {says})" in rec.explain()
 
 
 def test_a_staged_kernel_that_fails_to_build_fails_its_block_only(server):

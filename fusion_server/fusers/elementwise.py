@@ -298,28 +298,27 @@ class ElementwisePlan:
         ops, entries = self.ops, ctx.entries
         views = self._views(entries)
         recipe = self._recipe(ctx, views)
-        parts = recipe.staging
-        if parts is not None and ctx.stencil_staging:
+        parts, unstaged = recipe.staging, recipe.why_unstaged
+        if (parts is not None and ctx.stencil_staging) or recipe.split is not None:
             if top and any(entries[t].storage.status == FAILED
                            for op in ops for t in tensor_inputs(op) if t in entries):
                 run_around_failures(ctx, ops)
                 return []
+        if parts is not None and ctx.stencil_staging:
             launch = staged_launch(ctx, ops, parts, self.max_bindings)
             if launch is None:
                 return []
             if type(launch) is not str:
                 return [_noted(ctx, staged_note(ops, parts), launch)]
-            # (these views or sizes do not stage: the block runs as it would otherwise)
+            unstaged = launch  # (these views or sizes do not stage: the block runs as it would otherwise)
         if recipe.split is not None:
-            if top and any(entries[t].storage.status == FAILED
-                           for op in ops for t in tensor_inputs(op) if t in entries):
-                run_around_failures(ctx, ops)
-                return []
             split = recipe.split
             launches = []
             for part, cache in zip((ops[:split], ops[split:]), recipe.part_caches):
                 launches += ElementwisePlan(part, self.max_bindings, self.replayed, cache)._launches(ctx)
             why = recipe.why_split
+            if why and unstaged and ctx.stencil_staging:
+                why = f"{why} (not staged in local memory: {unstaged})"
             return [_noted(ctx, why, launch) for launch in launches] if why else launches
         if not recipe.trace:
             return []
@@ -432,7 +431,8 @@ class _Recipe:
 
     __slots__ = ("needed", "live_ops", "names", "trace", "in_slots", "scalar_slots", "scalar_dtypes",
                  "outputs", "scalar_code", "dtypes", "flat_index", "kernels", "big", "singles", "single_outputs",
-                 "split", "why_split", "recomputed", "layouts", "part_caches", "staging")
+                 "split", "why_split", "recomputed", "layouts", "part_caches", "staging",
+                 "why_unstaged")
 
     def __init__(self, ops: list[ElementwiseOp], needed: set[int], scalar_exprs: set,
                  aliases: dict[int, int] | None = None, remaps: dict[int, int] | None = None, budget: int = 0,
@@ -442,6 +442,7 @@ class _Recipe:
         self.recomputed = self.why_split = ""
         self.split = None
         self.staging = None
+        self.why_unstaged = ""  # why a block that splits does not stage instead
         cones = None
         if remaps:
             produced = {op.out.id: j for j, op in enumerate(ops)}
@@ -459,6 +460,7 @@ class _Recipe:
                 # recomputes each element once, as staging would)
                 if not parts.why_not and (self.split is not None or parts.overlapping):
                     self.staging = parts
+                self.why_unstaged = parts.why_not
             if self.split is not None:
                 self.trace = ()
                 # What each part's plan keeps between runs, as a store node's cache does:
