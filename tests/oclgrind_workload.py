@@ -78,6 +78,8 @@ def main() -> None:
             check(f"staged 1-D {shape}", _blur_1d(tp ** 2.2), _blur_1d(p ** np.float32(2.2)))
         else:
             check(f"staged blur {shape}", _blur(tp ** 2.2), _blur(p ** np.float32(2.2)))
+    planes = rng.uniform(0.5, 2, (3, 9, 40)).astype(np.float32)
+    check("staged planes", _blur_1d(clients.asarray(planes) ** 2.2), _blur_1d(planes ** np.float32(2.2)))
 
 
 def _blur(g):
@@ -85,8 +87,8 @@ def _blur(g):
             + g[:-2, 2:] + g[1:-1, 2:] + g[2:, 2:]) / 9
 
 
-def _blur_1d(g):  # (five taps of pow cost more than any device's recompute budget)
-    return (g[:, :-4] + g[:, 1:-3] + g[:, 2:-2] + g[:, 3:-1] + g[:, 4:]) / 5
+def _blur_1d(g):  # along the last axis (five taps of pow cost more than any recompute budget)
+    return (g[..., :-4] + g[..., 1:-3] + g[..., 2:-2] + g[..., 3:-1] + g[..., 4:]) / 5
 
 
 if __name__ == "__main__":

@@ -98,6 +98,39 @@ def test_a_one_dimensional_stencil_and_other_inputs_of_the_second_part():
     assert len(_staged(rec)) == 1
 
 
+def test_a_batch_of_planes_stages_each_plane():
+    """A 3-D value whose views shift its last two dimensions only: one plane per grid
+    layer; inputs of the second part broadcast along the batch or read transposed."""
+    a, w = np.abs(rand((5, 21, 70))), rand((19, 68), seed=1)
+    x, tw = clients.asarray(a), clients.asarray(w)
+    with clients.inspect() as rec:
+        got = (box_blur3(x ** 2.2) * tw).numpy()
+    np.testing.assert_allclose(got, box_blur3(a ** np.float32(2.2)) * w, rtol=2e-5, atol=1e-6)
+    assert len(rec.kernels) == 1 and len(_staged(rec)) == 1
+    b = rand((3, 30, 9), seed=2)
+    y, tb = clients.asarray(b), clients.asarray(np.transpose(b, (0, 2, 1)).copy())
+    with server_settings(recompute_budget=0), clients.inspect() as rec:
+        g = clients.exp(y)
+        z = g[:, 1:, :] - g[:, :-1, :] + clients.permute_dims(tb, (0, 2, 1))[:, 1:, :]
+        del g
+        got = z.numpy()
+    e = np.exp(b)
+    np.testing.assert_allclose(got, e[:, 1:] - e[:, :-1] + b[:, 1:], rtol=1e-5, atol=1e-6)
+    assert len(_staged(rec)) == 1
+    with server_settings(recompute_budget=0), clients.inspect() as rec:
+        g = clients.exp(y)
+        z = g[1:] + g[:-1]  # shifted along the batch: not staged
+        del g
+        got = z.numpy()
+    np.testing.assert_allclose(got, e[1:] + e[:-1], rtol=1e-5, atol=1e-6)
+    assert not _staged(rec) and "shift the value along its first of three dimensions" in rec.explain()
+
+
+def box_blur3(g):
+    return (g[:, :-2, :-2] + g[:, 1:-1, :-2] + g[:, 2:, :-2] + g[:, :-2, 1:-1] + g[:, 1:-1, 1:-1]
+            + g[:, 2:, 1:-1] + g[:, :-2, 2:] + g[:, 1:-1, 2:] + g[:, 2:, 2:]) / 9
+
+
 def test_two_staged_values_in_one_kernel():
     a = rand((30, 40))
     x = clients.asarray(a)

@@ -8,9 +8,10 @@ views ("taps") from the arrays at constant shifts. A value read by nine taps is 
 (TY + HY) (TX + HX) / (TY TX) times per output instead of nine times (recomputed) or
 written and read back by a second kernel.
 
-Coordinates are 2-D (a 1-D block is one row). Sizes, the value's origin under the tile
-(L0, L1), offsets and strides are metadata; the taps' shifts, the tile and the halo are
-in the source.
+Coordinates are 2-D (a 1-D block is one row), with a batch of such planes along the
+grid's third dimension (a 3-D block whose views do not shift along its first). Sizes,
+the value's origin under the tile (LB, L0, L1), offsets and strides are metadata; the
+taps' shifts, the tile and the halo are in the source.
 """
 
 from __future__ import annotations
@@ -89,12 +90,12 @@ def arg_dtypes(spec: StencilSpec) -> list:
     return sig.arg_dtypes(parameters(spec))
 
 
-def metadata(out_dims: tuple[int, int], value_dims: tuple[int, int], origin: tuple[int, int],
-             value_layouts: list[tuple[int, tuple[int, int]]], layouts: list[tuple[int, tuple[int, int]]]
+def metadata(out_dims: tuple[int, int], value_dims: tuple[int, int], origin: tuple[int, int, int],
+             value_layouts: list[tuple[int, tuple[int, int, int]]], layouts: list[tuple[int, tuple[int, int, int]]]
              ) -> tuple[int, ...]:
-    """The int64 metadata of one launch: the output's and the value's dims, the value's
-    coordinates under output (0, 0) less the halo's start, then (offset, two strides) per
-    value input and per input."""
+    """The int64 metadata of one launch: the output's and the value's rows and columns,
+    the value's coordinates (batch, row, column) under output (0, 0, 0) less the halo's
+    start, then (offset, batch, row and column strides) per value input and per input."""
     meta = [*out_dims, *value_dims, *origin]
     for offset, strides in (*value_layouts, *layouts):
         meta += [offset, *strides]
@@ -137,7 +138,7 @@ def _value_body(spec: StencilSpec, first_spec: cg.KernelSpec, width: int, lane: 
     at = f"(gx + {lane})" if lane else "gx"
     lines = []
     for k, (d, cls) in enumerate(zip(spec.value_inputs, spec.value_classes or ("gather",) * len(spec.value_inputs))):
-        load = _load(f"vin{k}", d, cls, f"VO{k} + gy * VA{k}", at, f"VB{k}", width)
+        load = _load(f"vin{k}", d, cls, f"VO{k} + gb * VC{k} + gy * VA{k}", at, f"VB{k}", width)
         lines.append(f"const {ex.type_name(d, width)} x{k} = {load};")
     lines += _scalar_lines(spec, width)
     for j, op in enumerate(spec.value_ops):
@@ -160,7 +161,7 @@ def _output_body(spec: StencilSpec, second_spec: cg.KernelSpec, tap_dtypes: tupl
     x, ox = (f"(x + {lane})", f"(ox + {lane})") if lane else ("x", "ox")
     lines = []
     for k, (d, cls) in enumerate(zip(spec.inputs, spec.input_classes or ("gather",) * len(spec.inputs))):
-        load = _load(f"in{k}", d, cls, f"O{k} + y * A{k}", x, f"B{k}", width)
+        load = _load(f"in{k}", d, cls, f"O{k} + b * C{k} + y * A{k}", x, f"B{k}", width)
         lines.append(f"const {ex.type_name(d, width)} x{k} = {load};")
     for t, (a, dy, dx) in enumerate(spec.taps):
         at = f"(oy + {dy}) * {sx} + {ox} + {dx}"
@@ -171,9 +172,9 @@ def _output_body(spec: StencilSpec, second_spec: cg.KernelSpec, tap_dtypes: tupl
         lines += cg._op_expr(second_spec, op, j, width)
     for m, j in enumerate(spec.outputs):
         if width == 1:
-            lines.append(f"out{m}[y * D1 + {x}] = v{j};")
+            lines.append(f"out{m}[(b * D0 + y) * D1 + {x}] = v{j};")
         else:
-            lines.append(ex.vstore(f"v{j}", f"out{m} + y * D1 + x", spec.ops[j].out, width))
+            lines.append(ex.vstore(f"v{j}", f"out{m} + (b * D0 + y) * D1 + x", spec.ops[j].out, width))
     return lines
 
 
@@ -232,13 +233,14 @@ def generate(spec: StencilSpec) -> tuple[str, str]:
     src.append("{")
     for a, j in enumerate(spec.staged):
         src.append(f"  __local {dt.CL_NAME[spec.value_ops[j].out]} tile{a}[{sy * sx}];")
-    names = ["D0", "D1", "G0", "G1", "L0", "L1"]
-    names += [f"{p}{k}" for k in range(len(spec.value_inputs)) for p in ("VO", "VA", "VB")]
-    names += [f"{p}{k}" for k in range(len(spec.inputs)) for p in ("O", "A", "B")]
+    names = ["D0", "D1", "G0", "G1", "LB", "L0", "L1"]
+    names += [f"{p}{k}" for k in range(len(spec.value_inputs)) for p in ("VO", "VC", "VA", "VB")]
+    names += [f"{p}{k}" for k in range(len(spec.inputs)) for p in ("O", "C", "A", "B")]
     for pos, var in enumerate(names):
         src.append(f"  const IDX {var} = (IDX)meta[{pos}];")
     src.append(f"  const IDX ty0 = (IDX)get_group_id(1) * {ty}, tx0 = (IDX)get_group_id(0) * {tx};")
     src.append("  const int lx = get_local_id(0), ly = get_local_id(1);")
+    src.append("  const IDX b = (IDX)get_group_id(2), gb = b + LB;  // (the batch: one per grid layer)")
     # The staged values over the tile and its halo (elements past the value's edge are
     # left unset: only outputs past the output's edge, which are not stored, read them).
     if W == 1:  # one element per work-item and round, over the flat staged array

@@ -3,7 +3,8 @@
 A block whose views of a value would cost more to recompute than the budget (remap.py)
 runs as two kernels: the first writes the value, the second reads it back through its
 views. When every view only shifts the value (slices with unit steps, no transpose,
-flip or broadcast), the value is 1- or 2-D, and the shifts span a small halo, the two
+flip or broadcast), the value is 1- or 2-D (or 3-D, unshifted along its first
+dimension: a batch of planes), and the shifts span a small halo, the two
 parts run as one kernel instead (codegen/stencil.py): each work-group computes the value
 over its tile of outputs and the halo into local memory, then the second part reads
 the views from there. The value is never written; each element is computed about once
@@ -31,6 +32,8 @@ from .values import liveness
 # The widest halo (rows or columns past the tile, the spread of the views' shifts) that
 # is staged; wider stencils run as two kernels.
 MAX_HALO = 8
+# The most planes of a 3-D value (grid layers: NVIDIA's grids hold 65535 along their third axis).
+MAX_PLANES = 65535
 
 # Work-items per group (LY, LX) and outputs per group (TY, TX), per device kind and
 # rank (`geometry`). GPUs: 256 work-items over a 32 x 32 tile, four rows each (a 3 x 3
@@ -166,8 +169,9 @@ def _structure_refusal(ops, split, needed, remaps, aliases, produced) -> str:
     return ""
 
 
-def _pad2(shape_or_strides: tuple[int, ...], fill: int) -> tuple[int, int]:
-    return (fill, *shape_or_strides) if len(shape_or_strides) == 1 else tuple(shape_or_strides)
+def _pad3(shape_or_strides: tuple[int, ...], fill: int) -> tuple[int, int, int]:
+    """A 1-, 2- or 3-D shape (fill 1) or strides (fill 0) as (batch, rows, columns)."""
+    return (fill,) * (3 - len(shape_or_strides)) + tuple(shape_or_strides)
 
 
 def _layout(ctx: BlockContext, ops: list[ElementwiseOp], parts: StagedParts, value_entries: list[Entry],
@@ -179,8 +183,8 @@ def _layout(ctx: BlockContext, ops: list[ElementwiseOp], parts: StagedParts, val
     value_shape = first[parts.targets[0]].out.shape
     out_shape = second[parts.needed[0]].out.shape
     rank = len(value_shape)
-    if rank not in (1, 2) or len(out_shape) != rank:
-        return f"the staged value has {rank} dimensions (1 or 2 stage)"
+    if rank not in (1, 2, 3) or len(out_shape) != rank:
+        return f"the staged value has {rank} dimensions (1 to 3 stage)"
     starts = []
     for (j, s), _ in parts.tap_slots:
         view = entries[second[j].inputs[s]]
@@ -192,34 +196,39 @@ def _layout(ctx: BlockContext, ops: list[ElementwiseOp], parts: StagedParts, val
         for d, ax in enumerate(vm.axes):
             if ax != (d, 1) and not (ax is None and out_shape[d] == 1):
                 return "a view transposes, flips or strides its value"
-        starts.append(_pad2(vm.start, 0))
-    lo = tuple(min(s[d] for s in starts) for d in range(2))
-    halo = tuple(max(s[d] for s in starts) - lo[d] for d in range(2))
+        starts.append(_pad3(vm.start, 0))
+    lo = tuple(min(s[d] for s in starts) for d in range(3))
+    if any(s[0] != lo[0] for s in starts):
+        return "the views shift the value along its first of three dimensions"
+    halo = tuple(max(s[d] for s in starts) - lo[d] for d in (1, 2))
     if max(halo) > MAX_HALO:
         return f"the views' shifts span {max(halo)} elements, over {MAX_HALO}"
-    taps = tuple((a, s[0] - lo[0], s[1] - lo[1]) for (_, a), s in zip(parts.tap_slots, starts))
+    taps = tuple((a, s[1] - lo[1], s[2] - lo[2]) for (_, a), s in zip(parts.tap_slots, starts))
     trace = (*parts.value_trace, *parts.trace)
     width = width_of(ctx, trace, {*cg.dtypes_of(trace), *(e.ir.dtype for e in (*value_entries, *in_entries))})
-    value_dims, out_dims = _pad2(value_shape, 1), _pad2(out_shape, 1)
-    rows = 1 if value_dims[0] == out_dims[0] == 1 else 2  # (one row: the 1-D geometry)
+    value_dims, out_dims = _pad3(value_shape, 1), _pad3(out_shape, 1)
+    rows = 1 if value_dims[1] == out_dims[1] == 1 else 2  # (one row: the 1-D geometry)
     local, tile = geometry(ctx.info.kind, rows, halo, width)
     if local[0] * local[1] > ctx.info.max_work_group_size:
         return "the device's work-groups are too small"
-    value_layouts = [(e.offset, _pad2(broadcast_strides(e.ir.shape, e.strides, value_shape), 0))
+    if out_dims[0] > MAX_PLANES:
+        return f"{out_dims[0]} planes, over {MAX_PLANES}"
+    value_layouts = [(e.offset, _pad3(broadcast_strides(e.ir.shape, e.strides, value_shape), 0))
                      for e in value_entries]
-    layouts = [(e.offset, _pad2(broadcast_strides(e.ir.shape, e.strides, out_shape), 0)) for e in in_entries]
+    layouts = [(e.offset, _pad3(broadcast_strides(e.ir.shape, e.strides, out_shape), 0)) for e in in_entries]
     largest = max(size_of(value_shape), size_of(out_shape),
                   *(e.storage.nbytes // e.ir.dtype.itemsize for e in (*value_entries, *in_entries)))
-    meta = sg.metadata(out_dims, value_dims, lo, value_layouts, layouts)
-    grid = (-(-out_dims[1] // tile[1]) * local[1], -(-out_dims[0] // tile[0]) * local[0])
+    meta = sg.metadata(out_dims[1:], value_dims[1:], lo, value_layouts, layouts)
+    grid = (-(-out_dims[2] // tile[1]) * local[1], -(-out_dims[1] // tile[0]) * local[0], out_dims[0])
     classes = tuple(_row_class(st) for _, st in value_layouts)
     in_classes = tuple(_row_class(st) for _, st in layouts)
-    return (taps, index_type(largest), local, tile, halo, width, classes, in_classes), meta, grid, (local[1], local[0])
+    return (taps, index_type(largest), local, tile, halo, width, classes, in_classes), meta, grid, \
+        (local[1], local[0], 1)
 
 
-def _row_class(strides: tuple[int, int]) -> str:
-    """How a vector along a row reads an input of these (row, column) strides."""
-    return "row" if strides[1] == 1 else "splat" if strides[1] == 0 else "gather"
+def _row_class(strides: tuple[int, int, int]) -> str:
+    """How a vector along a row reads an input of these (batch, row, column) strides."""
+    return "row" if strides[2] == 1 else "splat" if strides[2] == 0 else "gather"
 
 
 def staged_launch(ctx: BlockContext, ops: list[ElementwiseOp], parts: StagedParts, max_bindings: int):
