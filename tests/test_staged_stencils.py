@@ -15,6 +15,7 @@ from conftest import failing_builds, rand, server_settings
 import clients
 from fusion_server.codegen import stencil as sg
 from fusion_server.fusers import staging
+from fusion_server.runtime.programs import KernelBuildError
 
 
 def box_blur(g):
@@ -186,6 +187,20 @@ def test_a_staged_kernel_that_fails_to_build_fails_its_block_only(server):
     # (a kernel that failed to build stays failed: another one)
     np.testing.assert_allclose(box_blur(clients.log2(x * x + 2.0) - 1.5).numpy(),
                                box_blur(np.log2(a * a + np.float32(2)) - np.float32(1.5)), rtol=1e-5, atol=1e-5)
+
+
+def test_a_staged_vector_kernel_that_fails_to_build_runs_as_scalar_code(server):
+    a = np.abs(rand((30, 300))) + np.float32(0.1)
+    x = clients.asarray(a)
+    def fails(name):
+        return KernelBuildError(f"{name}: no local vectors here (injected)")
+
+    with failing_builds(server.runtime.programs, "VLOAD_LOCAL", fails), clients.inspect() as rec:
+        got = box_blur(clients.sqrt(x) ** 1.7).numpy()
+    np.testing.assert_allclose(got, box_blur(np.sqrt(a) ** np.float32(1.7)), rtol=2e-5, atol=1e-6)
+    assert len(_staged(rec)) == 1
+    vector_code = staging.width_of(server.ctx, (), {np.dtype(np.float32)}) > 1
+    assert bool(rec.kernels[0].fallback) == vector_code  # (scalar already elsewhere: nothing failed)
 
 
 def test_a_staged_stencil_replays_from_the_plan_store_and_under_jit():

@@ -51,9 +51,10 @@ class StencilSpec(NamedTuple):
     input_classes: tuple[str, ...] = ()  # the same, per input
 
 
-def scalar_variant(spec: StencilSpec) -> None:
-    """Stencil kernels are scalar code already."""
-    return None
+def scalar_variant(spec: StencilSpec) -> StencilSpec | None:
+    """The same kernel as scalar code (one staged element and one output per work-item
+    and round, over the same tile and work-groups), if `spec` is vector code."""
+    return spec._replace(width=1, value_classes=(), input_classes=()) if spec.width > 1 else None
 
 
 def staged_shape(spec: StencilSpec) -> tuple[int, int]:
