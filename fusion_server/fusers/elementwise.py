@@ -13,7 +13,6 @@ import logging
 from .. import dtypes as dt
 from ..codegen import elementwise as cg
 from ..codegen import signature as sig
-from ..codegen.expressions import needs_scalar_code
 from ..codegen.layout import broadcast_strides, classify, collapse
 from ..context import BlockContext
 from ..errors import TensorFailedError, after_failed_input
@@ -24,7 +23,7 @@ from .base import LimitedFuser
 from .remap import budget_of, composed_layout, cone_cost, cone_of, plan_remap, size_runs, value_target, view_map
 from .staging import StagedParts, staged_launch, stages_first
 from .staging import note as staged_note
-from .trace import bind_slots, index_type, relative_slots, spec_index_value
+from .trace import bind_slots, index_type, needs_scalar_trace, relative_slots, spec_index_value
 from .values import flat_alias, flat_readable, inblock_reads, liveness, needed_values, view_slots
 
 log = logging.getLogger("fusion_server")
@@ -478,8 +477,7 @@ class _Recipe:
         self.trace = tuple(trace)
         self.scalar_dtypes = tuple(scalar_dtypes)
         self.outputs = tuple(vmap[j] for j in self.needed)
-        self.scalar_code = any(needs_scalar_code(t.name, t.compute) or (t.expr, t.compute) in scalar_exprs
-                               for t in trace)
+        self.scalar_code = needs_scalar_trace(trace, scalar_exprs)
         self.dtypes = frozenset(cg.dtypes_of(trace, self.scalar_dtypes))  # (inputs' are added per launch)
         self.flat_index = "iota" in self.names  # (its index vectors count for the width: see _layout)
         # The block's shape (its biggest live op's), and the ops that compute one value

@@ -15,14 +15,13 @@ from ..codegen import elementwise as cg
 from ..codegen import epilogue as ep
 from ..codegen import reduce as rg
 from ..codegen import signature as sig
-from ..codegen.expressions import needs_scalar_code
 from ..codegen.layout import broadcast_strides, collapse
 from ..context import BlockContext
 from ..handles import FAILED, PENDING
 from ..ir import ElementwiseOp, OperationIr, ReduceOp, contiguous_strides, size_of
 from .base import LimitedFuser, uses_flat_index
 from .elementwise import run_around_failures
-from .trace import bind_slots, index_type, relative_form, relative_slots
+from .trace import bind_slots, index_type, needs_scalar_trace, relative_form, relative_slots
 from .values import epilogue_outputs, flat_alias, flat_readable, liveness, needed_values
 
 
@@ -307,7 +306,7 @@ class ReducePlan:
                  or red.acc.itemsize == 8)
             and not dt.is_bool(red.acc)
             and all(st[0] in (0, 1) for st in red_sets[:n_in]) and all(st[0] == 1 for st in red_sets[n_in:])
-            and not any(needs_scalar_code(t.name, t.compute) or (t.expr, t.compute) in ctx.scalar_exprs for t in trace)
+            and not needs_scalar_trace(trace, ctx.scalar_exprs)
         )
         if vectorize:
             classes = tuple((e.ir.dtype, "strided1" if st[0] == 1 else "strided0")

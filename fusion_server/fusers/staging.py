@@ -19,14 +19,13 @@ from __future__ import annotations
 from ..codegen import elementwise as cg
 from ..codegen import signature as sig
 from ..codegen import stencil as sg
-from ..codegen.expressions import needs_scalar_code
 from ..codegen.layout import broadcast_strides
 from ..context import BlockContext
 from ..errors import after_failed_input
 from ..handles import FAILED, Entry
 from ..ir import ElementwiseOp, size_of
 from .remap import view_map
-from .trace import bind_slots, index_type, relative_slots
+from .trace import bind_slots, index_type, needs_scalar_trace, relative_slots
 from .values import liveness
 
 # The widest halo (rows or columns past the tile, the spread of the views' shifts) that
@@ -91,7 +90,7 @@ def width_of(ctx: BlockContext, trace, dtypes: set) -> int:
     drivers that run vector code, else 1."""
     if ctx.info.kind == "GPU" or ctx.pack_lanes or ctx.info.packs_work_items:
         return 1
-    if any(needs_scalar_code(t.name, t.compute) or (t.expr, t.compute) in ctx.scalar_exprs for t in trace):
+    if needs_scalar_trace(trace, ctx.scalar_exprs):
         return 1
     return ctx.widths.for_dtypes(dtypes)
 

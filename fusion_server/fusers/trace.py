@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..codegen import elementwise as cg
+from ..codegen.expressions import needs_scalar_code
 from ..ir import ElementwiseOp
 
 # Sizes past this take 64-bit indices. The margin covers what a launch adds to the size:
@@ -25,6 +26,12 @@ def index_type(largest: int) -> str:
 
 def spec_index_value(index: str, n: int) -> np.integer:
     return np.int32(n) if index == "int" else np.int64(n)
+
+
+def needs_scalar_trace(trace, scalar_exprs: set) -> bool:
+    """Whether a trace must run as scalar code: an op with no vector form for its dtype,
+    or a custom expression that builds on this device as scalar code only."""
+    return any(needs_scalar_code(t.name, t.compute) or (t.expr, t.compute) in scalar_exprs for t in trace)
 
 
 def relative_slots(ops: list[ElementwiseOp], live: list[bool], first_inputs: tuple = (),
