@@ -679,19 +679,32 @@ def broadcast_to(x: Tensor, shape: Any) -> Tensor:
     return _view(x, shape, strides, x._offset)
 
 
-def broadcast_arrays(*arrays: Tensor) -> list[Tensor]:
-    """The arrays broadcast against each other: views of a common shape, no copies."""
+def broadcast_arrays(*arrays: Tensor) -> tuple[Tensor, ...]:
+    """The arrays broadcast against each other: views of a common shape, no copies (a
+    tuple, as the standard has it since 2024.12)."""
     if not arrays:
-        return []
+        return ()
     shape = broadcast_shapes(*(a.shape for a in arrays))
-    return [broadcast_to(a, shape) for a in arrays]
+    return tuple(broadcast_to(a, shape) for a in arrays)
 
 
-def from_dlpack(x: Any, /) -> Tensor:
-    """A tensor holding the values of `x`, any object with `__dlpack__` (copied to the device)."""
+def from_dlpack(x: Any, /, *, device: Any = None, copy: bool | None = None) -> Tensor:
+    """A tensor holding the values of `x`, any object with `__dlpack__`, on `device` (the
+    default device if None). Values from elsewhere are copied to the device, so copy=False
+    raises BufferError unless `x` is a tensor already on `device` (then it is returned);
+    copy=True always gives a new tensor."""
     if not hasattr(x, "__dlpack__"):
         raise TypeError(f"from_dlpack needs an object with __dlpack__, got {type(x).__name__}")
-    return asarray(np.from_dlpack(x))
+    if copy not in (None, True, False):
+        raise TypeError(f"copy must be None, True or False, not {copy!r}")
+    if type(x) is Tensor:
+        target = x._client if device is None else _device_client(device)
+        if copy is False and target is not x._client:
+            raise BufferError("the tensor is on another device: moving it copies (copy=False)")
+        return x if target is x._client and not copy else asarray(x, device=device or x.device, copy=True)
+    if copy is False:
+        raise BufferError(f"the values of a {type(x).__name__} are copied to the device: copy=False cannot hold")
+    return asarray(np.from_dlpack(x), device=device)
 
 
 def getitem(x: Tensor, key: Any) -> Tensor:

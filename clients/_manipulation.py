@@ -47,10 +47,11 @@ def roll(x: Tensor, shift: int | Sequence[int], axis: int | Sequence[int] | None
     return out if out is not x else F.astype(x, x.dtype)
 
 
-def meshgrid(*arrays: Tensor, indexing: str = "xy") -> list[Tensor]:
+def meshgrid(*arrays: Tensor, indexing: str = "xy") -> tuple[Tensor, ...]:
     """Coordinate grids from one-dimensional tensors, as numpy.meshgrid: views (each input
     broadcast along the others' axes), no copies. "xy" swaps the first two axes of the
-    grid (Cartesian), "ij" does not (matrix indexing)."""
+    grid (Cartesian), "ij" does not (matrix indexing). A tuple, as the standard has it
+    since 2024.12."""
     if indexing not in ("xy", "ij"):
         raise ValueError(f"indexing must be 'xy' or 'ij', not {indexing!r}")
     client = F._client_of(arrays)
@@ -68,7 +69,7 @@ def meshgrid(*arrays: Tensor, indexing: str = "xy") -> list[Tensor]:
     for t, a in zip(ts, axes):
         lined = F.reshape(t, (1,) * a + (t.shape[0],) + (1,) * (len(ts) - a - 1))
         grids.append(F.broadcast_to(lined, tuple(shape)))
-    return grids
+    return tuple(grids)
 
 
 def tensordot(x1: Tensor, x2: Tensor, axes: int | tuple[Sequence[int], Sequence[int]] = 2) -> Tensor:

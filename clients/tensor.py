@@ -147,12 +147,21 @@ class Tensor:
         out = self.numpy()
         return out if dtype is None else out.astype(dtype, copy=False)
 
-    def __dlpack__(self, /, *, stream: Any = None) -> Any:
+    def __dlpack__(self, /, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
         """A DLPack capsule of a host copy of the values. Device memory of an OpenCL buffer has
-        no DLPack device type, so the capsule is numpy's, on the CPU (see `__dlpack_device__`)."""
+        no DLPack device type, so the capsule is numpy's, on the CPU (see `__dlpack_device__`).
+
+        `max_version`: the newest DLPack version the consumer reads (None: a legacy capsule).
+        `dl_device`: only the host, (1, 0), can be asked for. `copy`: the values are always
+        copied, so copy=False raises BufferError; copy=True marks the capsule as a copy."""
         if stream is not None:
             raise ValueError("a host copy is exported: stream must be None")
-        return self.numpy().__dlpack__()
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"a tensor exports host copies only: dl_device {tuple(dl_device)} is not (1, 0)")
+        if copy is False:
+            raise BufferError("a tensor's values live on the device: exporting them always copies (copy=False)")
+        return self.numpy().__dlpack__(max_version=max_version, copy=copy)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         """Where a `__dlpack__` capsule points: the host (DLPack's kDLCPU, device 0)."""

@@ -41,6 +41,37 @@ def test_from_dlpack_copies_to_the_device():
         clients.from_dlpack([1, 2, 3])
 
 
+def test_dlpack_takes_the_2023_12_keywords():
+    a = np.arange(5, dtype=np.float32)
+    t = clients.asarray(a) + 1
+    # A versioned capsule (max_version) and a legacy one both carry the values.
+    np.testing.assert_array_equal(np.from_dlpack(t, copy=True), a + 1)
+    for kwargs in ({"max_version": (1, 0)}, {"max_version": None}, {"dl_device": (1, 0)}, {"copy": True}):
+        capsule = t.__dlpack__(**kwargs)
+        name = "dltensor_versioned" if kwargs.get("max_version") else "dltensor"
+        assert f'"{name}"' in repr(capsule)
+    with pytest.raises(BufferError, match="copy=False"):
+        t.__dlpack__(copy=False)
+    with pytest.raises(BufferError, match="dl_device"):
+        t.__dlpack__(dl_device=(2, 0))
+    np.testing.assert_array_equal(t.numpy(), a + 1)  # a refused export leaves the tensor as it was
+
+
+def test_from_dlpack_takes_device_and_copy():
+    a = np.arange(4, dtype=np.int16)
+    t = clients.from_dlpack(a, device=clients.asarray(a).device, copy=True)
+    assert t.dtype == np.int16
+    np.testing.assert_array_equal(t.numpy(), a)
+    assert clients.from_dlpack(t) is t and clients.from_dlpack(t, copy=False) is t
+    twin = clients.from_dlpack(t, copy=True)
+    assert twin is not t
+    np.testing.assert_array_equal(twin.numpy(), a)
+    with pytest.raises(BufferError, match="copy=False"):
+        clients.from_dlpack(a, copy=False)
+    with pytest.raises(TypeError, match="copy"):
+        clients.from_dlpack(a, copy="yes")
+
+
 def test_to_device_on_its_own_device_is_the_same_tensor():
     t = clients.asarray(np.arange(4, dtype=np.int32))
     assert t.to_device(t.device) is t
@@ -49,12 +80,14 @@ def test_to_device_on_its_own_device_is_the_same_tensor():
 
 
 @pytest.mark.parametrize("func, params", [
-    (clients.from_dlpack, [("x", inspect.Parameter.POSITIONAL_ONLY)]),
+    (clients.from_dlpack, [("x", inspect.Parameter.POSITIONAL_ONLY), ("device", inspect.Parameter.KEYWORD_ONLY),
+                           ("copy", inspect.Parameter.KEYWORD_ONLY)]),
     (clients.Tensor.to_device, [("self", inspect.Parameter.POSITIONAL_ONLY),
                                 ("device", inspect.Parameter.POSITIONAL_ONLY),
                                 ("stream", inspect.Parameter.KEYWORD_ONLY)]),
     (clients.Tensor.__dlpack__, [("self", inspect.Parameter.POSITIONAL_ONLY),
-                                 ("stream", inspect.Parameter.KEYWORD_ONLY)]),
+                                 *((n, inspect.Parameter.KEYWORD_ONLY)
+                                   for n in ("stream", "max_version", "dl_device", "copy"))]),
 ])
 def test_signatures_follow_the_standard(func, params):
     got = [(p.name, p.kind) for p in inspect.signature(func).parameters.values()]
@@ -169,4 +202,4 @@ def test_linspace_rejects_bool():
 
 
 def test_broadcast_arrays_of_nothing_is_empty():
-    assert clients.broadcast_arrays() == []
+    assert clients.broadcast_arrays() == ()

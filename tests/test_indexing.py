@@ -373,7 +373,7 @@ def test_meshgrid_is_views(indexing):
     assert rec.kernels == []
     for g, w in zip(grids, np.meshgrid(*vs, indexing=indexing)):
         _equal(g, w)
-    assert xp.meshgrid() == []
+    assert xp.meshgrid() == ()
     _equal(xp.meshgrid(ts[0])[0], vs[0])
     with pytest.raises(ValueError, match="indexing"):
         xp.meshgrid(ts[0], indexing="yx")
