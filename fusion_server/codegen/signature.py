@@ -53,22 +53,41 @@ def declare(params: Sequence[Param]) -> str:
     return ", ".join(p.decl for p in params)
 
 
-def bind(params: Sequence[Param], **values: list) -> list:
+_ORDERS: dict[tuple, tuple] = {}  # params -> (each argument's (role, index), the count per role)
+
+
+def _order(params: tuple) -> tuple:
+    got = _ORDERS.get(params)
+    if got is None:
+        counts = dict.fromkeys(ROLES, 0)
+        order = []
+        for p in params:
+            order.append((p.role, counts[p.role]))
+            counts[p.role] += 1
+        if len(_ORDERS) >= 4096:  # (kernels that never recur would grow it without bound)
+            _ORDERS.clear()
+        got = _ORDERS[params] = (tuple(order), counts)
+    return got
+
+
+def bind(params: Sequence[Param], **values: Sequence) -> list:
     """The launch arguments in parameter order: each role's values, in the order given.
-    Raises if a role has more or fewer values than the kernel has parameters of it."""
-    unknown = set(values) - set(ROLES)
-    if unknown:
-        raise ValueError(f"no parameter role {sorted(unknown)}")
-    given = {role: list(values.get(role, ())) for role in ROLES}
-    used = dict.fromkeys(ROLES, 0)
-    args = []
-    for p in params:
-        k = used[p.role]
-        if k >= len(given[p.role]):
-            raise ValueError(f"the kernel has more {p.role} parameters than the {len(given[p.role])} given")
-        args.append(given[p.role][k])
-        used[p.role] = k + 1
-    for role in ROLES:
-        if used[role] != len(given[role]):
-            raise ValueError(f"{len(given[role])} {role} arguments for {used[role]} parameters")
-    return args
+    Raises if a role has more or fewer values than the kernel has parameters of it.
+    (Every launch binds: the order of a parameter list is worked out once.)"""
+    order, counts = _order(params if type(params) is tuple else tuple(params))
+    for role, given in values.items():
+        want = counts.get(role)
+        if want is None:
+            raise ValueError(f"no parameter role {role!r}")
+        if len(given) != want:
+            _miscount(role, len(given), want)
+    for role, want in counts.items():
+        if want and role not in values:
+            _miscount(role, 0, want)
+    return [values[role][k] for role, k in order]
+
+
+def _miscount(role: str, given: int, want: int) -> None:
+    if given < want:
+        raise ValueError(f"the kernel has more {role} parameters than the {given} given")
+    raise ValueError(f"{given} {role} arguments for {want} parameters")
