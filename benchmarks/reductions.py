@@ -17,7 +17,9 @@ Variants, all "compute and wait" on the fusion server's device and queue:
 - numpy:               the expression on numpy arrays
 
 Device kernel times also cover `sum(x * y, axis=-1)` fused (no transcendental: the
-reduction kernel's memory efficiency alone).
+reduction kernel's memory efficiency alone), and the same prologue summed down the
+columns (`axis=0`) and over the whole array, each checked against numpy and read against
+the same limit (all the kernels of a run together: a full reduction may take two).
 
 Hand-written kernels use the vectors of the server's kernels on the device (float4 on GPUs,
 the native width on CPUs, read as the server reads them: see device_timing.vector_prelude).
@@ -49,6 +51,8 @@ EXPRESSION = "sum(exp(x * 0.5) * y, axis=-1)"
 # Without the transcendental, the same reduction shows the kernel's memory efficiency
 # alone (on a CPU device, exp over every element can make the main one compute-bound).
 PLAIN = "fused sum(x * y)"
+COLUMNS = "fused column sum (axis=0)"
+FULL = "fused full sum"
 GROUP = 256  # work-items per row of the work-group kernel (fewer if the device allows less)
 # Slow host baselines get fewer samples than the device kernels.
 HOST_REPEAT_SHARE = 0.5
@@ -224,6 +228,17 @@ def run(size: str = "large", repeat: int = 10) -> dict:
     plain = clients.sum(x * y, axis=-1).numpy()  # the bandwidth figure's kernel computes the right thing
     np.testing.assert_allclose(plain, (a.astype(np.float64) * b).sum(axis=-1), rtol=1e-4, atol=1e-3)
     del plain
+    # The other reductions of the same prologue: down the columns, and over everything.
+    terms = np.exp(a.astype(np.float64) * 0.5) * b
+    col_got = clients.sum(clients.exp(x * 0.5) * y, axis=0).numpy()
+    errors[COLUMNS] = check(COLUMNS, col_got, terms.sum(axis=0), np.abs(terms).sum(axis=0))
+    full_got = clients.sum(clients.exp(x * 0.5) * y).numpy().reshape(1)
+    errors[FULL] = check(FULL, full_got, terms.sum().reshape(1), np.abs(terms).sum().reshape(1))
+    facts["kernels_per_other_run"] = {
+        name: dtime.fused_run(build)[1]
+        for name, build in ((COLUMNS, lambda: clients.sum(clients.exp(x * 0.5) * y, axis=0)),
+                            (FULL, lambda: clients.sum(clients.exp(x * 0.5) * y)))}
+    del terms, col_got, full_got
 
     hand = hand_written(queue, ga, gb)
     for name in ("hand-written row", "hand-written group"):
@@ -278,7 +293,9 @@ def run(size: str = "large", repeat: int = 10) -> dict:
     device: dict[str, common.Timing] = {}
     if dtime.profiling(queue):
         samplers = {"fused": dtime.fused_seconds(lambda: fused(x, y)),
-                    PLAIN: dtime.fused_seconds(lambda: clients.sum(x * y, axis=-1))}
+                    PLAIN: dtime.fused_seconds(lambda: clients.sum(x * y, axis=-1)),
+                    COLUMNS: dtime.fused_seconds(lambda: clients.sum(clients.exp(x * 0.5) * y, axis=0)),
+                    FULL: dtime.fused_seconds(lambda: clients.sum(clients.exp(x * 0.5) * y))}
         samplers.update({name: dtime.enqueued_seconds(hand[name][0])
                          for name in ("hand-written row", "hand-written group", "copy", "a*b")})
         # Before every sample, the group kernel reads two other arrays of the same size:
@@ -312,7 +329,7 @@ def run(size: str = "large", repeat: int = 10) -> dict:
         limits = {name: moved[name] / device[name].median / 1e9 for name in moved}
         limit = max(limits.values())
         kernel_gb = {name: bytes_read / device[name].median / 1e9
-                     for name in ("fused", PLAIN, "hand-written row", "hand-written group")}
+                     for name in ("fused", PLAIN, COLUMNS, FULL, "hand-written row", "hand-written group")}
         best_hand = min(device["hand-written row"].median, device["hand-written group"].median)
         result["device_kernel_time"] = {
             "variants": {name: {**t.to_dict(), "gb_per_s": kernel_gb.get(name, limits.get(name))}
@@ -323,6 +340,8 @@ def run(size: str = "large", repeat: int = 10) -> dict:
         }
         result["fraction_of_limit"] = kernel_gb["fused"] / limit
         result["plain_fraction_of_limit"] = kernel_gb[PLAIN] / limit
+        result["column_fraction_of_limit"] = kernel_gb[COLUMNS] / limit
+        result["full_fraction_of_limit"] = kernel_gb[FULL] / limit
     return result
 
 
@@ -347,7 +366,9 @@ def report(result: dict) -> None:
         print(f"practical limit {dk['practical_limit_gb_per_s']:.1f} GB/s (best of copy and a*b, bytes "
               f"read + written); fused reads at {result['fraction_of_limit']:.2f} of it; fused at "
               f"{dk['fused_vs_hand_written_best']:.2f}x the best hand-written kernel's speed; "
-              f"{PLAIN} reads at {result['plain_fraction_of_limit']:.2f} of it")
+              f"{PLAIN} reads at {result['plain_fraction_of_limit']:.2f} of it; the column sum at "
+              f"{result['column_fraction_of_limit']:.2f}, the full sum at {result['full_fraction_of_limit']:.2f} "
+              f"(kernels: {result['kernels_per_other_run']})")
     print(f"kernels per fused run: {result['kernels_per_fused_run']} ({', '.join(result['fused_ops'])})")
     for note in result["notes"]:
         print(f"note: {note}")

@@ -10,6 +10,12 @@ strategies, chosen per device and size (the key says which):
   group  one work-group per output element: each work-item accumulates a strided share,
          then a tree in local memory. GPUs need the parallelism within a row and
          coalesced reads (consecutive work-items read consecutive elements).
+  columns  (CPUs) one work-item per `width` consecutive output elements, along a kept
+         axis that is contiguous in memory: vectors across the outputs, one vector load
+         per input per reduced element. A column sum walked one column per work-item
+         reads one float per cache line and a new page per step: a sum down the columns
+         of 1024 x 1024 floats took 20 ms on PoCL (2 cores), against 1.8 in vectors of
+         16 columns and 1.1 for the row sum of the same data.
 """
 
 from __future__ import annotations
@@ -39,15 +45,16 @@ class ReduceSpec(NamedTuple):
     epilogue: ew.KernelSpec  # ops over the output shape; its input 0 is the reduced value
     kept_rank: int  # collapsed kept dims (0: a single output element)
     red_rank: int  # collapsed reduced dims
-    strategy: str  # "loop" or "group"
+    strategy: str  # "loop", "group" or "columns"
     index: str  # "int" or "long"
     out_rank: int  # dims of the output, for strided epilogue inputs (0 if none)
     writes: tuple[int, ...] = ()  # prologue values also written out (at the input's shape)
-    width: int = 1  # loop strategy: elements per step along a contiguous reduced axis
+    width: int = 1  # loop: elements per step along a contiguous reduced axis; columns: outputs per work-item
     # A sum or product that widens (float32 -> float64, int32 -> int64) where the wider
     # element size has a narrower qualified width: width / acc_width accumulators of
     # acc_width lanes each, so the prologue keeps its own width. 0: acc_width = width.
     acc_width: int = 0
+    vectors: int = 1  # columns: vectors of `width` outputs per work-item
 
 
 def scalar_variant(spec: ReduceSpec) -> ReduceSpec | None:
@@ -151,12 +158,11 @@ def _value_to_reduce(spec: ReduceSpec) -> tuple[str, np.dtype]:
     return "x0", pro.inputs[0][0]
 
 
-def _loop_body(spec: ReduceSpec, r: str, indent: str) -> list[str]:
-    """Statements for reduced element number `r`: positions, loads, prologue, fold."""
+def _positions(spec: ReduceSpec, r: str, indent: str) -> list[str]:
+    """Positions of the inputs (p) and the written prologue values (w) at reduced
+    element number `r`, from their bases (b, bw) and reduced strides."""
     lines = []
-    n_in = len(spec.prologue.inputs)
-    # Positions of inputs (p) and of written prologue values (w) for this element.
-    targets = [(f"p{k}", f"b{k}", f"R{k}") for k in range(n_in)]
+    targets = [(f"p{k}", f"b{k}", f"R{k}") for k in range(len(spec.prologue.inputs))]
     targets += [(f"w{m}", f"bw{m}", f"RW{m}") for m in range(len(spec.writes))]
     if spec.red_rank == 1:
         for pos, base, st in targets:
@@ -169,6 +175,12 @@ def _loop_body(spec: ReduceSpec, r: str, indent: str) -> list[str]:
         for pos, base, st in targets:
             terms = " + ".join(f"q{d} * {st}_{d}" for d in range(spec.red_rank))
             lines.append(f"{indent}const IDX {pos} = {base} + {terms};")
+    return lines
+
+
+def _loop_body(spec: ReduceSpec, r: str, indent: str) -> list[str]:
+    """Statements for reduced element number `r`: positions, loads, prologue, fold."""
+    lines = _positions(spec, r, indent)
     lines += _prologue_loads(spec, indent)
     for k, dtype in enumerate(spec.prologue.scalars):
         lines.append(f"{indent}const {dt.CL_NAME[dtype]} s{k} = a{k};")
@@ -318,6 +330,10 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
         src.append(ex.helper_source(hname, hdtype))
     src.append(f"__kernel void {name}({sig.declare(parameters(spec))})")
     src.append("{")
+    if spec.strategy == "columns":
+        src += _columns_body(spec)
+        src.append("}")
+        return "\n".join(src) + "\n", name
     group = spec.strategy == "group"
     if group:
         src.append("  const IDX o = (IDX)get_group_id(0);")
@@ -423,3 +439,88 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
     src.append("  }")
     src.append("}")
     return "\n".join(src) + "\n", name
+
+
+def _columns_body(spec: ReduceSpec) -> list[str]:
+    """The body of a `columns` kernel: work-item g computes the outputs [g * S, g * S + S)
+    along the one kept axis (S = vectors x width), a vector of `width` at a time, each
+    reduced element read once for all of them (one page of each input per step, not one
+    per vector: a sum down the columns of 4096 x 4096 floats took 43 ms in vectors of 16
+    per work-item on a 2-core KVM guest, where every new page costs a nested page walk);
+    the outputs past the last whole vector one at a time. Sums and products only."""
+    W, V, pro = spec.width, spec.vectors, spec.prologue
+    acc_t = dt.CL_NAME[spec.acc]
+    src = [f"  const IDX o0 = (IDX)get_global_id(0) * {V * W};", "  if (o0 >= nout) return;"]
+    pos = 1  # (meta[0], the kept dim, is nout itself)
+    for d in range(spec.red_rank):
+        src.append(f"  const IDX RD{d} = (IDX)meta[{pos}];")
+        pos += 1
+    # Per input its offset, kept stride (1, or 0 when broadcast) and reduced strides; per
+    # written value its kept stride (1) and reduced strides.
+    for k in range(len(pro.inputs)):
+        src.append(f"  const IDX O{k} = (IDX)meta[{pos}]; const IDX K{k} = (IDX)meta[{pos + 1}];")
+        pos += 2
+        for d in range(spec.red_rank):
+            src.append(f"  const IDX R{k}_{d} = (IDX)meta[{pos}];")
+            pos += 1
+    for m in range(len(spec.writes)):
+        src.append(f"  const IDX KW{m} = (IDX)meta[{pos}];")
+        pos += 1
+        for d in range(spec.red_rank):
+            src.append(f"  const IDX RW{m}_{d} = (IDX)meta[{pos}];")
+            pos += 1
+    decls, pos = ep.declarations(spec.epilogue, spec.out_rank, pos)
+    src += decls
+
+    def bases(at: str, indent: str) -> list[str]:
+        lines = [f"{indent}const IDX b{k} = O{k} + {at} * K{k};" for k in range(len(pro.inputs))]
+        return lines + [f"{indent}const IDX bw{m} = {at} * KW{m};" for m in range(len(spec.writes))]
+
+    identity = _identity(spec.kind, spec.acc)
+    vtype = ex.type_name(spec.acc, W)
+    src.append(f"  const IDX left = (nout - o0) / {W};")
+    src.append(f"  const int nvec = left < {V} ? (int)left : {V};  /* whole vectors of outputs */")
+    src += bases("o0", "  ")
+    src.append(f"  {vtype} accs[{V}];")
+    src.append(f"  for (int v = 0; v < {V}; ++v) accs[v] = ({vtype})({identity});")
+    src.append("  for (IDX r = 0; r < nred; ++r) {")
+    src += _positions(spec, "r", "    ")
+    src.append("    for (int v = 0; v < nvec; ++v) {")
+    for k, (dtype, cls) in enumerate(pro.inputs):
+        at = f"p{k} + (IDX)(v * {W}) * K{k}"
+        load = ex.vload(f"in{k} + {at}", dtype, W) if cls == "strided1" and W > 1 else \
+            ex.splat(f"in{k}[{at}]", dtype, W)
+        src.append(f"      const {ex.type_name(dtype, W)} x{k} = {load};")
+    for k, dtype in enumerate(pro.scalars):
+        src.append(f"      const {ex.type_name(dtype, W)} s{k} = {ex.splat(f'a{k}', dtype, W)};")
+    for j, op in enumerate(pro.ops):
+        src += ["      " + line for line in ew._op_expr(pro, op, j, W)]
+    for m, j in enumerate(spec.writes):
+        at = f"wout{m} + w{m} + v * {W}"
+        src.append("      " + (ex.vstore(f"v{j}", at, pro.ops[j].out, W) if W > 1 else f"*({at}) = v{j};"))
+    value, vdtype = _value_to_reduce(spec)
+    v = ex.cast(value, vdtype, spec.acc, W)
+    src.append(f"      {{ const {vtype} val = {v}; {vtype} a = accs[v]; "
+               f"{_vector_fold(spec.kind, spec.acc, 'a', 'val', W)} accs[v] = a; }}")
+    src.append("    }")
+    src.append("  }")
+    src.append("  for (int v = 0; v < nvec; ++v) {")
+    src.append(f"    const {vtype} av = accs[v];")
+    for lane in range(W):
+        src.append(f"    {{ const IDX o = o0 + (IDX)(v * {W} + {lane}); "
+                   f"const {acc_t} acc = av{f'.s{lane:x}' if W > 1 else ''};")
+        src += _epilogue(spec, "      ")
+        src.append("    }")
+    src.append("  }")
+    src.append(f"  const IDX end = o0 + {V * W} < nout ? o0 + {V * W} : nout;")
+    src.append(f"  for (IDX o = o0 + (IDX)(nvec * {W}); o < end; ++o) {{  /* past the last whole vector */")
+    src += bases("o", "    ")
+    src.append(f"    {acc_t} acc = {identity};")
+    src.append("    for (IDX r = 0; r < nred; ++r) {")
+    src += _loop_body(spec, "r", "      ")
+    src.append("    }")
+    src.append("    {")
+    src += _epilogue(spec, "      ")
+    src.append("    }")
+    src.append("  }")
+    return src

@@ -24,6 +24,10 @@ from .elementwise import run_around_failures
 from .trace import bind_slots, index_type, needs_scalar_trace, relative_form, relative_slots
 from .values import epilogue_outputs, flat_alias, flat_readable, liveness, needed_values
 
+# The columns strategy's vectors per work-item, at most: their accumulators stay in a
+# private array (32 vectors of 16 floats: 2 KiB).
+MAX_COLUMN_VECTORS = 32
+
 
 class ReduceFuser(LimitedFuser):
     """Claims an element-wise prologue, one reduction of one of its values, and an
@@ -308,7 +312,26 @@ class ReducePlan:
             and all(st[0] in (0, 1) for st in red_sets[:n_in]) and all(st[0] == 1 for st in red_sets[n_in:])
             and not needs_scalar_trace(trace, ctx.scalar_exprs)
         )
-        if vectorize:
+        # CPUs: a reduction whose one kept axis is contiguous (a sum down the columns)
+        # reads vectors across the outputs instead (see codegen/reduce.py, "columns").
+        columns = (
+            not vectorize and ctx.reduce_strategy in (None, "columns") and strategy != "group"
+            and kept_rank == 1 and width > 1 and nout >= width and (strategy == "columns" or not gpu)
+            and red.name in ("sum", "prod") and not dt.is_bool(red.acc)
+            and all(ks[0] in (0, 1) for ks in kept_sets[:n_in]) and all(ks[0] == 1 for ks in kept_sets[n_in:])
+            and not needs_scalar_trace(trace, ctx.scalar_exprs)
+        )
+        if strategy == "columns" and not columns:
+            strategy = "loop"  # (asked for where it does not apply: the loop does it)
+        vectors = 1
+        if columns:
+            strategy = "columns"
+            # Several vectors per work-item, as far as every core still gets four of them.
+            vectors = max(1, min(MAX_COLUMN_VECTORS, nout // (width * 4 * ctx.info.compute_units)))
+            vectors = 1 << (vectors.bit_length() - 1)
+            classes = tuple((e.ir.dtype, "strided1" if ks[0] == 1 else "strided0")
+                            for e, ks in zip(pro_entries, kept_sets[:n_in]))
+        elif vectorize:
             classes = tuple((e.ir.dtype, "strided1" if st[0] == 1 else "strided0")
                             for e, st in zip(pro_entries, red_sets[:n_in]))
         else:
@@ -327,7 +350,8 @@ class ReducePlan:
             out_rank=out_rank,
             writes=writes,
             width=width,
-            acc_width=acc_width if 1 < width and acc_width < width else 0,
+            acc_width=acc_width if vectorize and 1 < width and acc_width < width else 0,
+            vectors=vectors,
         )
         meta = rg.metadata(spec, kdims, rdims,
                            [(e.offset, ks, rs) for e, ks, rs in zip(pro_entries, kept_sets, red_sets)],
@@ -346,6 +370,10 @@ class ReducePlan:
             names = [op.name for op in all_ops]
             if strategy == "group":
                 ctx.launch(kernel, nout * rg.GROUP_SIZE, rg.GROUP_SIZE, args, "reduce", names, bindings)
+            elif strategy == "columns":  # (the built spec's width: its scalar variant's is 1)
+                per_item = built.spec.width * built.spec.vectors
+                ctx.launch_items(kernel, (nout + per_item - 1) // per_item, args, "reduce", names, bindings,
+                                 heavy=True)
             else:
                 ctx.launch_items(kernel, nout, args, "reduce", names, bindings, heavy=True)
         ctx.mark_ready([e.storage for e in out_entries + write_entries])

@@ -1,0 +1,157 @@
+"""Reductions along a contiguous kept axis (sums down the columns) in the `columns`
+strategy: CPU devices read vectors across the outputs. Values against numpy for tails,
+broadcast and strided inputs, epilogues, written prologue values and every accumulating
+dtype; the strategy asserted through `inspect()`; the scalar variant after a failed
+vector build; explicit settings respected."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pytest
+from _values import FLOAT64
+
+import clients
+from fusion_server.runtime.programs import KernelBuildError
+from fusion_server.runtime.widths import VectorWidths
+from tests.conftest import assert_variants, failing_builds, rand, server_settings
+
+
+@pytest.fixture
+def columns():
+    """The strategy forced (a GPU takes it only when asked) at width 4, whatever the
+    device qualified: the same kernel on every device."""
+    with server_settings(reduce_strategy="columns", widths=VectorWidths.uniform(4)) as server:
+        yield server
+
+
+def _close(got, want, rtol=1e-5, atol=1e-5):
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+# Output counts around the vector (4) and the work-item's strip: tails of 1 to 3 outputs,
+# fewer outputs than one strip, many strips.
+@pytest.mark.parametrize("shape", [(7, 4), (5, 9), (33, 18), (64, 203), (300, 1024)])
+def test_column_sum_with_a_prologue_is_one_kernel(columns, shape):
+    a, b = rand(shape, seed=1), rand(shape, seed=2)
+    x, y = clients.asarray(a), clients.asarray(b)
+    with clients.inspect() as rec:
+        out = clients.sum(clients.exp(x * 0.5) * y, axis=0)
+    want = (np.exp(a.astype(np.float64) * 0.5) * b).sum(axis=0)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4 * shape[0])
+    assert len(rec.kernels) == 1
+    assert_variants(rec, "reduce", "columns, width 4")
+
+
+@pytest.mark.parametrize("name, dtype", [(name, dtype) for name in ("sum", "prod")
+                                         for dtype in (np.float32, np.int32, np.uint8, np.int64)]
+                         + [("mean", np.float32)])
+def test_accumulating_reductions_down_the_columns(columns, name, dtype):
+    rng = np.random.default_rng(3)
+    a = (rng.choice(np.array([1, 2, 1, 1]), (9, 13)) if name == "prod" else rng.integers(0, 50, (9, 13))).astype(dtype)
+    with clients.inspect() as rec:
+        got = getattr(clients, name)(clients.asarray(a), axis=0).numpy()
+    want = getattr(np, name)(a, axis=0)
+    if name != "mean":  # (numpy's sum and prod of small integers give the default integer, as ours)
+        want = want.astype(np.uint64 if np.dtype(dtype).kind == "u" else
+                           np.int64 if np.dtype(dtype).kind == "i" else dtype)
+    _close(got, want.astype(got.dtype) if name == "mean" else want, rtol=1e-5)
+    assert_variants(rec, "reduce", "columns")
+
+
+def test_float64_column_sums(columns, client):
+    if not client.fp64:
+        pytest.skip("no float64 on this device")
+    a = np.random.default_rng(4).standard_normal((41, 10)).astype(FLOAT64)
+    with clients.inspect() as rec:
+        got = clients.sum(clients.asarray(a), axis=0).numpy()
+    _close(got, a.sum(axis=0), rtol=1e-12, atol=1e-12)
+    assert_variants(rec, "reduce", "columns")
+
+
+def test_broadcast_and_offset_inputs_and_an_epilogue(columns):
+    a, row, col = rand((20, 14), seed=5), rand((14,), seed=6), rand((14,), seed=7)
+    base = clients.asarray(rand((22, 16), seed=8))
+    view = base[2:, 1:15]  # an offset, rows of 16: the kept axis is still contiguous
+    x = clients.asarray(a)
+    with clients.inspect() as rec:
+        out = clients.sum(x * clients.asarray(row) + view, axis=0) * clients.asarray(col) + 1.0
+    host_view = base.numpy()[2:, 1:15]
+    want = (a * row + host_view).sum(axis=0) * col + 1
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4)
+    assert len(rec.kernels) == 1
+    assert_variants(rec, "reduce", "columns")
+
+
+def test_leading_axes_reduced_with_the_kept_ones_collapsed(columns):
+    a = rand((6, 5, 3, 8), seed=9)
+    x = clients.asarray(a)
+    with clients.inspect() as rec:
+        got = clients.sum(x * x, axis=(0, 1)).numpy()
+    np.testing.assert_allclose(got, (a * a).sum(axis=(0, 1)), rtol=1e-4, atol=1e-4)
+    assert_variants(rec, "reduce", "columns")
+
+
+def test_a_prologue_value_written_and_reduced(columns):
+    a = rand((12, 11), seed=10)
+    x = clients.asarray(a)
+    z = x * 3.0 - 1.0
+    s = clients.sum(z, axis=0)
+    with clients.inspect() as rec:
+        clients.flush()
+    np.testing.assert_allclose(s.numpy(), (a * 3 - 1).sum(axis=0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(z.numpy(), a * np.float32(3) - np.float32(1))
+    assert len(rec.kernels) == 1
+    assert_variants(rec, "reduce", "columns")
+
+
+def test_the_strategy_is_the_default_for_column_sums_on_cpus(client):
+    a = rand((64, 96), seed=11)
+    with clients.inspect() as rec:
+        got = clients.sum(clients.asarray(a), axis=0).numpy()
+    np.testing.assert_allclose(got, a.sum(axis=0), rtol=1e-4, atol=1e-4)
+    (record,) = rec.kernels
+    if client.server.info.kind == "CPU":
+        assert record.variant.startswith("columns"), record.variant
+    else:  # (one work-item per column already reads consecutive columns together on a GPU)
+        assert not record.variant.startswith("columns"), record.variant
+
+
+@pytest.mark.parametrize("reduction", [
+    lambda x: clients.max(x, axis=0),  # not a sum or product
+    lambda x: clients.sum(x, axis=1),  # a contiguous reduced axis: the vector loop
+    lambda x: clients.sum(x[:, ::2], axis=0),  # a kept axis with a stride
+], ids=["max", "rows", "strided-kept"])
+def test_other_reductions_keep_their_strategies(reduction):
+    a = rand((16, 24), seed=12)
+    with clients.inspect() as rec:
+        reduction(clients.asarray(a)).numpy()
+    assert rec.kernels and not any(k.variant.startswith("columns") for k in rec.kernels), \
+        [k.variant for k in rec.kernels]
+
+
+def test_an_explicit_loop_setting_is_kept():
+    a = rand((16, 24), seed=13)
+    with server_settings(reduce_strategy="loop"):
+        with clients.inspect() as rec:
+            got = clients.sum(clients.asarray(a), axis=0).numpy()
+    np.testing.assert_allclose(got, a.sum(axis=0), rtol=1e-4, atol=1e-4)
+    assert_variants(rec, "reduce", "loop")
+
+
+def test_a_failed_vector_build_runs_the_columns_scalar_variant(columns, client):
+    marker = f"{float(uuid.uuid4().int % 1000) + 0.25}f"  # a kernel nobody has built
+    op = clients.custom.elementwise(f"scaled_{uuid.uuid4().hex[:8]}", f"x * {marker}")
+    a = rand((10, 19), seed=14)
+    x = clients.asarray(a)
+    value = float(marker[:-1])
+    with failing_builds(client.server.runtime.programs, marker, when=lambda key: getattr(key, "width", 1) > 1,
+                        error=lambda name: KernelBuildError(f"OpenCL build of {name} failed:\nerror: no vectors")):
+        with clients.inspect() as rec:
+            got = clients.sum(op(x), axis=0).numpy()
+    np.testing.assert_allclose(got, (a * np.float32(value)).sum(axis=0), rtol=1e-4, atol=1e-3)
+    (record,) = rec.kernels
+    assert record.variant.startswith("columns, width 1"), record.variant
+    assert "no vectors" in record.fallback
