@@ -70,7 +70,8 @@ def variant_of(spec) -> str:
         return f"width {spec.width}{' along rows' if spec.rows else ''}"
     if isinstance(spec, rg.ReduceSpec):
         parts = f", {spec.width // spec.acc_width} accumulators" if spec.acc_width else ""
-        return f"{spec.strategy}, width {spec.width}{parts}"
+        chunked = ", partial results of chunks" if spec.chunked else ""
+        return f"{spec.strategy}, width {spec.width}{parts}{chunked}"
     if isinstance(spec, stg.StencilSpec):
         (ty, tx), (hy, hx) = spec.tile, spec.halo
         return f"staged, tile {ty} x {tx}, halo {hy} x {hx}"

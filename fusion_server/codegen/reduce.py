@@ -55,6 +55,9 @@ class ReduceSpec(NamedTuple):
     # acc_width lanes each, so the prologue keeps its own width. 0: acc_width = width.
     acc_width: int = 0
     vectors: int = 1  # columns: vectors of `width` outputs per work-item
+    # A full reduction's first pass: output o is the partial result of chunk o of the
+    # reduced elements (nout chunks of equal length, a multiple of `width`).
+    chunked: bool = False
 
 
 def scalar_variant(spec: ReduceSpec) -> ReduceSpec | None:
@@ -369,7 +372,13 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
     if is_arg:
         src.append("  long arg = 0;")
     step = f"(IDX){GROUP_SIZE}" if group else "1"
-    start = "lid" if group else "0"
+    begin, end = ("rbeg", "rend") if spec.chunked else ("0", "nred")
+    if spec.chunked:  # (chunks start at multiples of the vector width: aligned like the rows)
+        W = max(spec.width, 1)
+        src.append(f"  const IDX clen = ((nred + nout - 1) / nout + {W - 1}) / {W} * {W};")
+        src.append("  const IDX rbeg = o * clen;")
+        src.append("  const IDX rend = nred - rbeg < clen ? nred : rbeg + clen;")
+    start = f"{begin} + lid" if group else begin
     nan_flag = spec.kind in ("max", "min") and dt.is_float(spec.acc)
     if nan_flag:
         src.append("  int nan_seen = 0;")
@@ -385,8 +394,8 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
         if is_arg:  # lane indices in the mask's integer type (the fuser checks they fit)
             src.append(f"  {mask} argv = 0;")
             src.append(f"  const {mask} lanes = ({mask})({', '.join(str(lane) for lane in range(W))});")
-        src.append("  IDX r = 0;")
-        src.append(f"  for (; r <= nred - {W}; r += {W}) {{")  # (r + W could overflow the index type)
+        src.append(f"  IDX r = {begin};")
+        src.append(f"  for (; r <= {end} - {W}; r += {W}) {{")  # (r + W could overflow the index type)
         src += _vector_body(spec, "    ")
         src.append("  }")
         if nan_flag:
@@ -402,9 +411,9 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
                            f"({_same(spec.acc, 'val', 'acc')} && at < arg)) {{ acc = val; arg = at; }} }}")
             else:
                 src.append(f"  {{ const {acc_t} val = accv.s{lane:x}; {_fold(spec.kind, spec.acc, 'acc', 'val')} }}")
-        src.append("  for (; r < nred; ++r) {")
+        src.append(f"  for (; r < {end}; ++r) {{")
     else:
-        src.append(f"  for (IDX r = {start}; r < nred; r += {step}) {{")
+        src.append(f"  for (IDX r = {start}; r < {end}; r += {step}) {{")
     src += _loop_body(spec, "r", "    ")
     src.append("  }")
     if nan_flag:

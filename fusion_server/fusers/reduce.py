@@ -27,6 +27,11 @@ from .values import epilogue_outputs, flat_alias, flat_readable, liveness, neede
 # The columns strategy's vectors per work-item, at most: their accumulators stay in a
 # private array (32 vectors of 16 floats: 2 KiB).
 MAX_COLUMN_VECTORS = 32
+# A full reduction is cut into chunks of at least this many elements, reduced in parallel
+# (see full_chunks): one work-group had summed 2^24 floats on an H200 at 16 GB/s, and one
+# work-item at 8 GB/s on 16 CPU cores.
+FULL_CHUNK_MIN = {"GPU": 16 * 256}
+FULL_CHUNK_MIN_OTHER = 1 << 15
 
 
 class ReduceFuser(LimitedFuser):
@@ -356,6 +361,15 @@ class ReducePlan:
         meta = rg.metadata(spec, kdims, rdims,
                            [(e.offset, ks, rs) for e, ks, rs in zip(pro_entries, kept_sets, red_sets)],
                            list(zip(kept_sets[n_in:], red_sets[n_in:])), out_shape, epi_layouts)
+        chunks = full_chunks(ctx.info, nout, nred, red.name, width)
+        if chunks and (index == "long" or nred + chunks * width < 2**31 - 1):
+            self._run_in_two_passes(ctx, spec, chunks, kdims, rdims, meta_inputs=[
+                (e.offset, ks, rs) for e, ks, rs in zip(pro_entries, kept_sets, red_sets)],
+                meta_writes=list(zip(kept_sets[n_in:], red_sets[n_in:])), out_shape=out_shape,
+                epi_layouts=epi_layouts, out_entries=out_entries, write_entries=write_entries,
+                pro_entries=pro_entries, epi_entries=epi_entries, pro_scalars=pro_scalars,
+                epi_scalars=epi_scalars, names=[op.name for op in all_ops], nred=nred)
+            return
         built = ctx.build_or_fail(spec, f"reduction block ({red.name})", out_entries + write_entries)
         if built is None:
             return
@@ -377,6 +391,66 @@ class ReducePlan:
             else:
                 ctx.launch_items(kernel, nout, args, "reduce", names, bindings, heavy=True)
         ctx.mark_ready([e.storage for e in out_entries + write_entries])
+
+    def _run_in_two_passes(self, ctx: BlockContext, spec: rg.ReduceSpec, chunks: int, kdims, rdims, *,
+                           meta_inputs, meta_writes, out_shape, epi_layouts, out_entries, write_entries,
+                           pro_entries, epi_entries, pro_scalars, epi_scalars, names, nred) -> None:
+        """A full reduction over many elements: the first kernel reduces `chunks` equal
+        chunks of them (the prologue, and the prologue values written, as in one pass)
+        into partial results; the second reduces those and runs the epilogue."""
+        acc, index = spec.acc, spec.index
+        first = spec._replace(chunked=True, out_rank=0,
+                              epilogue=cg.KernelSpec((), ((acc, "contig"),), (), (-1,), 1, index, 0))
+        gpu = ctx.info.kind == "GPU"
+        second = spec._replace(
+            prologue=cg.KernelSpec((), ((acc, "strided"),), (), (), 1, index, 0), kept_rank=0, red_rank=1,
+            strategy="group" if gpu and chunks >= rg.GROUP_SIZE else "loop", writes=(), width=1, acc_width=0,
+            vectors=1)
+        what = f"reduction block ({spec.kind}, in two passes)"
+        built = ctx.build_or_fail(first, what, out_entries + write_entries)
+        if built is None:
+            return
+        built_second = ctx.build_or_fail(second, what, out_entries + write_entries)
+        if built_second is None:
+            return
+        meta1 = rg.metadata(first, kdims, rdims, meta_inputs, meta_writes, out_shape, [])
+        meta2 = rg.metadata(second, (), (chunks,), [(0, (), (1,))], [], out_shape, epi_layouts)
+        idx = np.int32 if index == "int" else np.int64
+        out_buffers = [ctx.allocate(e.storage) for e in out_entries]
+        write_buffers = [ctx.allocate(e.storage) for e in write_entries]
+        nbytes = chunks * acc.itemsize
+        partials = ctx.pool.alloc(nbytes)
+        try:
+            args = sig.bind(rg.parameters(first), size=[idx(chunks), idx(nred)], meta=[ctx.metadata_buffer(meta1)],
+                            out=[partials, *write_buffers], scalar=list(pro_scalars),
+                            input=[e.storage.buffer for e in pro_entries])
+            if first.strategy == "group":
+                ctx.launch(built.kernel, chunks * rg.GROUP_SIZE, rg.GROUP_SIZE, args, "reduce", names, len(args))
+            else:
+                ctx.launch_items(built.kernel, chunks, args, "reduce", names, len(args), heavy=True)
+            args = sig.bind(rg.parameters(second), size=[idx(1), idx(chunks)], meta=[ctx.metadata_buffer(meta2)],
+                            out=out_buffers, scalar=list(epi_scalars),
+                            input=[partials, *(e.storage.buffer for e in epi_entries[1:])])
+            if second.strategy == "group":
+                ctx.launch(built_second.kernel, rg.GROUP_SIZE, rg.GROUP_SIZE, args, "reduce", names, len(args))
+            else:
+                ctx.launch_items(built_second.kernel, 1, args, "reduce", names, len(args), heavy=True)
+        finally:  # (the in-order queue runs both passes before any later use of the buffer)
+            ctx.pool.free(partials, nbytes)
+        ctx.mark_ready([e.storage for e in out_entries + write_entries])
+
+
+def full_chunks(info, nout: int, nred: int, kind: str, width: int) -> int:
+    """How many chunks a reduction to one element of `nred` elements is cut into, each
+    reduced by a work-group (GPUs) or work-item (CPUs), before a second kernel reduces
+    their results; 0: one kernel. A GPU wants several work-groups per compute unit, a
+    CPU a few chunks per core; a chunk is never shorter than FULL_CHUNK_MIN elements.
+    (Argmax and argmin keep one kernel: their partials would need indices too.)"""
+    if nout != 1 or kind in ("argmax", "argmin"):
+        return 0
+    most = info.compute_units * (8 if info.kind == "GPU" else 4)
+    chunks = min(most, nred // FULL_CHUNK_MIN.get(info.kind, FULL_CHUNK_MIN_OTHER))
+    return chunks if chunks >= 2 else 0
 
 
 def flat_strides(entry, size: int, flat: tuple[int, ...]) -> tuple[int, ...] | None:
