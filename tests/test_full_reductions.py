@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 import clients
-from fusion_server.fusers.reduce import full_chunks
-from tests.conftest import rand
+from fusion_server.fusers.reduce import chunks_for
+from tests.conftest import rand, server_settings
 
 LONG = (1 << 17) + 5  # cut into chunks on every device (GPUs from 2 x 4096 elements, CPUs 2 x 2^15)
 
 
 def _assert_two_passes(rec, client) -> None:
     reduce = [k for k in rec.kernels if k.kind == "reduce"]
-    chunks = full_chunks(client.server.info, 1, LONG, "sum", 1)
+    chunks = chunks_for(client.server.info, 1, LONG, "sum", "loop", False)
     assert chunks >= 2
     assert len(reduce) == 2, [k.variant for k in reduce]
     assert reduce[0].variant.endswith("partial results of chunks"), reduce[0].variant
@@ -119,3 +119,35 @@ def test_a_jitted_full_reduction_replays_both_passes(client):
     after = clients.stats()
     assert after["jit_traces"] - before["jit_traces"] == 1
     assert after["jit_replays"] - before["jit_replays"] == 3
+
+
+def test_chunks_follow_the_device():
+    from types import SimpleNamespace
+
+    gpu, cpu = SimpleNamespace(kind="GPU", compute_units=132), SimpleNamespace(kind="CPU", compute_units=2)
+    assert chunks_for(gpu, 1, 1 << 24, "sum", "group", False) == 132 * 8
+    assert chunks_for(cpu, 1, 1 << 24, "sum", "loop", False) == 8
+    assert chunks_for(cpu, 1, 1000, "sum", "loop", False) == 0  # short: one kernel
+    assert chunks_for(gpu, 1, 1 << 24, "argmax", "group", False) == 0
+    assert chunks_for(gpu, 4096, 4096, "sum", "loop", True) == 64  # 132 x 2048 items over 4096 columns
+    assert chunks_for(gpu, 1 << 20, 64, "sum", "loop", True) == 0  # enough columns already
+    assert chunks_for(cpu, 4096, 4096, "sum", "loop", True) == 0  # CPUs: the columns strategy
+
+
+@pytest.mark.parametrize("shape, axis", [((300, 24), 0), ((50, 6, 10), (0, 1)), ((40, 8, 9), 0)])
+def test_column_reductions_in_two_passes(monkeypatch, shape, axis):
+    """The GPU's rule forced on any device: the chunked first pass with kept outputs."""
+    import fusion_server.fusers.reduce as fr
+
+    monkeypatch.setattr(fr, "chunks_for", lambda info, nout, nred, kind, strategy, down: 4 if nout > 1 else 0)
+    a, e = rand(shape, seed=30), rand(shape[-1], seed=31)
+    x = clients.asarray(a)
+    with server_settings(reduce_strategy="loop"):
+        with clients.inspect() as rec:
+            got = (clients.sum(x * 2.0, axis=axis) * clients.asarray(e) if len(shape) == 2 else
+                   clients.max(x * 2.0, axis=axis)).numpy()
+    want = (a * 2).sum(axis=axis) * e if len(shape) == 2 else (a * 2).max(axis=axis)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    reduce = [k for k in rec.kernels if k.kind == "reduce"]
+    assert len(reduce) == 2 and reduce[0].variant.endswith("partial results of chunks"), \
+        [k.variant for k in reduce]

@@ -55,8 +55,9 @@ class ReduceSpec(NamedTuple):
     # acc_width lanes each, so the prologue keeps its own width. 0: acc_width = width.
     acc_width: int = 0
     vectors: int = 1  # columns: vectors of `width` outputs per work-item
-    # A full reduction's first pass: output o is the partial result of chunk o of the
-    # reduced elements (nout chunks of equal length, a multiple of `width`).
+    # A first pass: output g is the partial result of chunk g / nkept (chunks of equal
+    # length, a multiple of `width`) of the reduced elements of output g % nkept (nkept:
+    # the kept dims' product); the second pass reduces the chunks and runs the epilogue.
     chunked: bool = False
 
 
@@ -338,12 +339,15 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
         src.append("}")
         return "\n".join(src) + "\n", name
     group = spec.strategy == "group"
+    # A chunked first pass computes partial result g: chunk g / nkept of the reduced
+    # elements of output o = g % nkept (nout counts the partial results).
+    out_id = "g" if spec.chunked else "o"
     if group:
-        src.append("  const IDX o = (IDX)get_group_id(0);")
+        src.append(f"  const IDX {out_id} = (IDX)get_group_id(0);")
         src.append("  const IDX lid = (IDX)get_local_id(0);")
     else:
-        src.append("  const IDX o = (IDX)get_global_id(0);")
-        src.append("  if (o >= nout) return;")
+        src.append(f"  const IDX {out_id} = (IDX)get_global_id(0);")
+        src.append(f"  if ({out_id} >= nout) return;")
     # Metadata: kept dims, reduced dims, then per prologue input its offset, kept strides
     # and reduced strides, per written value its strides, then the epilogue's (output
     # dims if needed, each non-contiguous input's layout).
@@ -354,6 +358,9 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
     for d in range(spec.red_rank):
         src.append(f"  const IDX RD{d} = (IDX)meta[{pos}];")
         pos += 1
+    if spec.chunked:
+        src.append(f"  const IDX nkept = {' * '.join(['(IDX)1'] + [f'KD{d}' for d in range(spec.kept_rank)])};")
+        src.append("  const IDX o = g % nkept, chunk = g / nkept, nchunks = nout / nkept;")
     if spec.kept_rank:
         src.append("  IDX krem = o;")
         for d in range(spec.kept_rank - 1, 0, -1):
@@ -375,8 +382,8 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
     begin, end = ("rbeg", "rend") if spec.chunked else ("0", "nred")
     if spec.chunked:  # (chunks start at multiples of the vector width: aligned like the rows)
         W = max(spec.width, 1)
-        src.append(f"  const IDX clen = ((nred + nout - 1) / nout + {W - 1}) / {W} * {W};")
-        src.append("  const IDX rbeg = o * clen;")
+        src.append(f"  const IDX clen = ((nred + nchunks - 1) / nchunks + {W - 1}) / {W} * {W};")
+        src.append("  const IDX rbeg = chunk * clen;")
         src.append("  const IDX rend = nred - rbeg < clen ? nred : rbeg + clen;")
     start = f"{begin} + lid" if group else begin
     nan_flag = spec.kind in ("max", "min") and dt.is_float(spec.acc)
@@ -443,9 +450,12 @@ def generate(spec: ReduceSpec) -> tuple[str, str]:
         src.append("  acc = vals[0];")
         if is_arg:
             src.append("  arg = args[0];")
-    src.append("  {")
-    src += _epilogue(spec, "    ")
-    src.append("  }")
+    if spec.chunked:  # (no epilogue: the second pass runs it)
+        src.append("  out0[g] = acc;")
+    else:
+        src.append("  {")
+        src += _epilogue(spec, "    ")
+        src.append("  }")
     src.append("}")
     return "\n".join(src) + "\n", name
 

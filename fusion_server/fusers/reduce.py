@@ -32,6 +32,10 @@ MAX_COLUMN_VECTORS = 32
 # work-item at 8 GB/s on 16 CPU cores.
 FULL_CHUNK_MIN = {"GPU": 16 * 256}
 FULL_CHUNK_MIN_OTHER = 1 << 15
+# Column reductions on GPUs: work-items wanted per compute unit, and the fewest rows a
+# chunk takes (4096 columns of 4096 rows: 4096 work-items read at 0.14 of the limit).
+COLUMN_ITEMS_PER_CU = 2048
+COLUMN_CHUNK_MIN = 16
 
 
 class ReduceFuser(LimitedFuser):
@@ -294,7 +298,14 @@ class ReducePlan:
         gpu = ctx.info.kind == "GPU"
         if nout == 0 or nred == 0:
             nred = 0
-        strategy = ctx.reduce_strategy or ("group" if gpu and nred >= rg.GROUP_SIZE else "loop")
+        # Down the columns (a contiguous kept axis, a strided reduced one), a GPU reads
+        # consecutive columns in consecutive work-items ("loop"): a work-group per column
+        # read one float per row at 0.14 of the bandwidth limit.
+        n_pro = len(pro_entries)
+        down_columns = (kept_rank >= 1 and all(ks[-1] in (0, 1) for ks in kept_sets[:n_pro])
+                        and any(rs[-1] not in (0, 1) for rs in red_sets[:n_pro]))
+        strategy = ctx.reduce_strategy or ("group" if gpu and nred >= rg.GROUP_SIZE and not down_columns
+                                           else "loop")
         # The prologue may read no tensor at all (a fill): max() of one tuple, never of one int.
         largest = max((nout * max(nred, 1), *(e.storage.nbytes // e.ir.dtype.itemsize for e in pro_entries)))
         index = index_type(largest)
@@ -361,8 +372,8 @@ class ReducePlan:
         meta = rg.metadata(spec, kdims, rdims,
                            [(e.offset, ks, rs) for e, ks, rs in zip(pro_entries, kept_sets, red_sets)],
                            list(zip(kept_sets[n_in:], red_sets[n_in:])), out_shape, epi_layouts)
-        chunks = full_chunks(ctx.info, nout, nred, red.name, width)
-        if chunks and (index == "long" or nred + chunks * width < 2**31 - 1):
+        chunks = chunks_for(ctx.info, nout, nred, red.name, strategy, down_columns)
+        if chunks and (index == "long" or (nred + chunks * width) * nout < 2**31 - 1):
             self._run_in_two_passes(ctx, spec, chunks, kdims, rdims, meta_inputs=[
                 (e.offset, ks, rs) for e, ks, rs in zip(pro_entries, kept_sets, red_sets)],
                 meta_writes=list(zip(kept_sets[n_in:], red_sets[n_in:])), out_shape=out_shape,
@@ -395,17 +406,19 @@ class ReducePlan:
     def _run_in_two_passes(self, ctx: BlockContext, spec: rg.ReduceSpec, chunks: int, kdims, rdims, *,
                            meta_inputs, meta_writes, out_shape, epi_layouts, out_entries, write_entries,
                            pro_entries, epi_entries, pro_scalars, epi_scalars, names, nred) -> None:
-        """A full reduction over many elements: the first kernel reduces `chunks` equal
-        chunks of them (the prologue, and the prologue values written, as in one pass)
-        into partial results; the second reduces those and runs the epilogue."""
+        """A reduction over many elements into few outputs: the first kernel reduces
+        `chunks` equal chunks of each output's elements (the prologue, and the prologue
+        values written, as in one pass) into partial results (chunks x outputs); the
+        second reduces those and runs the epilogue."""
         acc, index = spec.acc, spec.index
+        nout = size_of(kdims) if spec.kept_rank else 1
         first = spec._replace(chunked=True, out_rank=0,
                               epilogue=cg.KernelSpec((), ((acc, "contig"),), (), (-1,), 1, index, 0))
         gpu = ctx.info.kind == "GPU"
         second = spec._replace(
-            prologue=cg.KernelSpec((), ((acc, "strided"),), (), (), 1, index, 0), kept_rank=0, red_rank=1,
-            strategy="group" if gpu and chunks >= rg.GROUP_SIZE else "loop", writes=(), width=1, acc_width=0,
-            vectors=1)
+            prologue=cg.KernelSpec((), ((acc, "strided"),), (), (), 1, index, 0), kept_rank=min(1, spec.kept_rank),
+            red_rank=1, strategy="group" if gpu and nout == 1 and chunks >= rg.GROUP_SIZE else "loop", writes=(),
+            width=1, acc_width=0, vectors=1)
         what = f"reduction block ({spec.kind}, in two passes)"
         built = ctx.build_or_fail(first, what, out_entries + write_entries)
         if built is None:
@@ -414,42 +427,56 @@ class ReducePlan:
         if built_second is None:
             return
         meta1 = rg.metadata(first, kdims, rdims, meta_inputs, meta_writes, out_shape, [])
-        meta2 = rg.metadata(second, (), (chunks,), [(0, (), (1,))], [], out_shape, epi_layouts)
+        kept = (nout,) if second.kept_rank else ()
+        meta2 = rg.metadata(second, kept, (chunks,), [(0, (1,) if kept else (), (nout,))], [], out_shape,
+                            epi_layouts)
         idx = np.int32 if index == "int" else np.int64
         out_buffers = [ctx.allocate(e.storage) for e in out_entries]
         write_buffers = [ctx.allocate(e.storage) for e in write_entries]
-        nbytes = chunks * acc.itemsize
+        nbytes = chunks * nout * acc.itemsize
         partials = ctx.pool.alloc(nbytes)
         try:
-            args = sig.bind(rg.parameters(first), size=[idx(chunks), idx(nred)], meta=[ctx.metadata_buffer(meta1)],
+            args = sig.bind(rg.parameters(first), size=[idx(chunks * nout), idx(nred)],
+                            meta=[ctx.metadata_buffer(meta1)],
                             out=[partials, *write_buffers], scalar=list(pro_scalars),
                             input=[e.storage.buffer for e in pro_entries])
             if first.strategy == "group":
-                ctx.launch(built.kernel, chunks * rg.GROUP_SIZE, rg.GROUP_SIZE, args, "reduce", names, len(args))
+                ctx.launch(built.kernel, chunks * nout * rg.GROUP_SIZE, rg.GROUP_SIZE, args, "reduce", names,
+                           len(args))
             else:
-                ctx.launch_items(built.kernel, chunks, args, "reduce", names, len(args), heavy=True)
-            args = sig.bind(rg.parameters(second), size=[idx(1), idx(chunks)], meta=[ctx.metadata_buffer(meta2)],
+                ctx.launch_items(built.kernel, chunks * nout, args, "reduce", names, len(args), heavy=True)
+            args = sig.bind(rg.parameters(second), size=[idx(nout), idx(chunks)], meta=[ctx.metadata_buffer(meta2)],
                             out=out_buffers, scalar=list(epi_scalars),
                             input=[partials, *(e.storage.buffer for e in epi_entries[1:])])
             if second.strategy == "group":
                 ctx.launch(built_second.kernel, rg.GROUP_SIZE, rg.GROUP_SIZE, args, "reduce", names, len(args))
             else:
-                ctx.launch_items(built_second.kernel, 1, args, "reduce", names, len(args), heavy=True)
+                ctx.launch_items(built_second.kernel, nout, args, "reduce", names, len(args), heavy=True)
         finally:  # (the in-order queue runs both passes before any later use of the buffer)
             ctx.pool.free(partials, nbytes)
         ctx.mark_ready([e.storage for e in out_entries + write_entries])
 
 
-def full_chunks(info, nout: int, nred: int, kind: str, width: int) -> int:
-    """How many chunks a reduction to one element of `nred` elements is cut into, each
-    reduced by a work-group (GPUs) or work-item (CPUs), before a second kernel reduces
-    their results; 0: one kernel. A GPU wants several work-groups per compute unit, a
-    CPU a few chunks per core; a chunk is never shorter than FULL_CHUNK_MIN elements.
-    (Argmax and argmin keep one kernel: their partials would need indices too.)"""
-    if nout != 1 or kind in ("argmax", "argmin"):
+def chunks_for(info, nout: int, nred: int, kind: str, strategy: str, down_columns: bool) -> int:
+    """How many chunks each output's `nred` elements are cut into, each reduced by a
+    work-group or work-item, before a second kernel reduces their results; 0: one kernel.
+
+    - A full reduction (one output): a GPU wants several work-groups per compute unit, a
+      CPU a few chunks per core; a chunk is never shorter than FULL_CHUNK_MIN elements.
+    - Down the columns on a GPU (a work-item per column): as many chunks as it takes to
+      give the device COLUMN_ITEMS_PER_CU work-items per compute unit, of at least
+      COLUMN_CHUNK_MIN rows each.
+    Argmax and argmin keep one kernel: their partial results would need indices too."""
+    if kind in ("argmax", "argmin") or nout == 0:
         return 0
-    most = info.compute_units * (8 if info.kind == "GPU" else 4)
-    chunks = min(most, nred // FULL_CHUNK_MIN.get(info.kind, FULL_CHUNK_MIN_OTHER))
+    if nout == 1:
+        most = info.compute_units * (8 if info.kind == "GPU" else 4)
+        chunks = min(most, nred // FULL_CHUNK_MIN.get(info.kind, FULL_CHUNK_MIN_OTHER))
+    elif info.kind == "GPU" and down_columns and strategy == "loop":
+        chunks = min(info.compute_units * COLUMN_ITEMS_PER_CU // nout, nred // COLUMN_CHUNK_MIN)
+        chunks = 1 << (max(chunks, 1).bit_length() - 1)
+    else:
+        return 0
     return chunks if chunks >= 2 else 0
 
 
