@@ -132,6 +132,7 @@ def test_chunks_follow_the_device():
     assert chunks_for(gpu, 4096, 4096, "sum", "loop", True) == 64  # 132 x 2048 items over 4096 columns
     assert chunks_for(gpu, 1 << 20, 64, "sum", "loop", True) == 0  # enough columns already
     assert chunks_for(cpu, 4096, 4096, "sum", "loop", True) == 0  # CPUs: the columns strategy
+    assert chunks_for(gpu, 6, 40, "sum", "loop", True) == 0  # small: one launch costs less
 
 
 @pytest.mark.parametrize("shape, axis", [((300, 24), 0), ((50, 6, 10), (0, 1)), ((40, 8, 9), 0)])

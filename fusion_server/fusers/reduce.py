@@ -36,6 +36,7 @@ FULL_CHUNK_MIN_OTHER = 1 << 15
 # chunk takes (4096 columns of 4096 rows: 4096 work-items read at 0.14 of the limit).
 COLUMN_ITEMS_PER_CU = 2048
 COLUMN_CHUNK_MIN = 16
+COLUMN_SPLIT_MIN = 1 << 16  # elements: below, a second launch costs more than it saves
 
 
 class ReduceFuser(LimitedFuser):
@@ -465,14 +466,14 @@ def chunks_for(info, nout: int, nred: int, kind: str, strategy: str, down_column
       CPU a few chunks per core; a chunk is never shorter than FULL_CHUNK_MIN elements.
     - Down the columns on a GPU (a work-item per column): as many chunks as it takes to
       give the device COLUMN_ITEMS_PER_CU work-items per compute unit, of at least
-      COLUMN_CHUNK_MIN rows each.
+      COLUMN_CHUNK_MIN rows each, from COLUMN_SPLIT_MIN elements on.
     Argmax and argmin keep one kernel: their partial results would need indices too."""
     if kind in ("argmax", "argmin") or nout == 0:
         return 0
     if nout == 1:
         most = info.compute_units * (8 if info.kind == "GPU" else 4)
         chunks = min(most, nred // FULL_CHUNK_MIN.get(info.kind, FULL_CHUNK_MIN_OTHER))
-    elif info.kind == "GPU" and down_columns and strategy == "loop":
+    elif info.kind == "GPU" and down_columns and strategy == "loop" and nout * nred >= COLUMN_SPLIT_MIN:
         chunks = min(info.compute_units * COLUMN_ITEMS_PER_CU // nout, nred // COLUMN_CHUNK_MIN)
         chunks = 1 << (max(chunks, 1).bit_length() - 1)
     else:
