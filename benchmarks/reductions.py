@@ -27,6 +27,8 @@ the native width on CPUs, read as the server reads them: see device_timing.vecto
 The bandwidth limit is measured in the same run: a vector copy and a vector `a*b` over
 inputs of the same size, device time, bytes read + written over time; the better of the
 two is the limit. Effective bandwidth of a reduction = bytes read (both inputs) / time.
+Reading alone (both inputs read once, one float written per work-item) is measured too:
+what a kernel that only reads can reach.
 
     python -m benchmarks.reductions [--size small|large] [--repeat N] [--out DIR]
 """
@@ -97,6 +99,28 @@ __kernel void group_sum(__global const float *restrict x, __global const float *
     if (lid == 0) out[row] = scratch[0];
 }
 
+/* Read bandwidth alone: both inputs read once, one float written per work-item. GPUs
+   stride over the grid (consecutive work-items read consecutive vectors); CPU
+   work-items read contiguous chunks. */
+__kernel void read_strided(__global const VEC *restrict a, __global const VEC *restrict b,
+                           __global float *restrict out, const int nv)
+{
+    const int i0 = get_global_id(0), step = get_global_size(0);
+    VEC acc = (VEC)(0.0f);
+    for (int i = i0; i < nv; i += step) acc += a[i] * b[i];
+    out[i0] = VSUM(acc);
+}
+
+__kernel void read_chunks(__global const VEC *restrict a, __global const VEC *restrict b,
+                          __global float *restrict out, const int nv)
+{
+    const int g = get_global_id(0), n = get_global_size(0);
+    const int chunk = (nv + n - 1) / n, end = min(nv, (g + 1) * chunk);
+    VEC acc = (VEC)(0.0f);
+    for (int i = g * chunk; i < end; ++i) acc += a[i] * b[i];
+    out[g] = VSUM(acc);
+}
+
 __kernel void copyv(__global const VEC *restrict a, __global VEC *restrict out, const int nv)
 {
     const int i = get_global_id(0);
@@ -110,6 +134,10 @@ __kernel void mulv(__global const VEC *restrict a, __global const VEC *restrict 
     if (i < nv) out[i] = a[i] * b[i];
 }
 """
+
+
+def device_type_gpu(queue: cl.CommandQueue) -> int:
+    return queue.device.type & cl.device_type.GPU
 
 
 def shape_for(size: str) -> tuple[int, int]:
@@ -146,7 +174,9 @@ def hand_written(queue: cl.CommandQueue, ga: cla.Array, gb: cla.Array) -> dict[s
     rows, cols = ga.shape
     prelude, width = dtime.vector_prelude()
     nv = ga.size // width
-    row_k, group_k, copy_k, mul_k = dtime.build(queue, prelude + SOURCE, "row_sum", "group_sum", "copyv", "mulv")
+    gpu = bool(device_type_gpu(queue))
+    row_k, group_k, copy_k, mul_k, read_k = dtime.build(queue, prelude + SOURCE, "row_sum", "group_sum", "copyv",
+                                                        "mulv", "read_strided" if gpu else "read_chunks")
     device = queue.device
     group = min(GROUP, device.max_work_group_size)
     group = 1 << (group.bit_length() - 1)  # a power of two, for the tree
@@ -160,6 +190,10 @@ def hand_written(queue: cl.CommandQueue, ga: cla.Array, gb: cla.Array) -> dict[s
         local = clients.client_for().server.ctx.group_size(rows, heavy=True)
         g_rows, l_rows = ((rows + local - 1) // local * local,), (local,)
     g_nv, l_nv = dtime.launch_size(device, nv)
+    # Enough work-items to fill the device, each reading many vectors.
+    readers = min(nv, device.max_compute_units * (2048 if gpu else 64))
+    g_read, l_read = dtime.launch_size(device, readers)
+    read_out = cla.empty(queue, g_read[0], np.float32)
     scratch = cl.LocalMemory(4 * group)
 
     def row() -> cl.Event:
@@ -178,11 +212,15 @@ def hand_written(queue: cl.CommandQueue, ga: cla.Array, gb: cla.Array) -> dict[s
     def mul() -> cl.Event:
         return mul_k(queue, g_nv, l_nv, ga.data, gb.data, mul_out.data, np.int32(nv))
 
+    def read() -> cl.Event:
+        return read_k(queue, g_read, l_read, ga.data, gb.data, read_out.data, np.int32(nv))
+
     return {
         "hand-written row": (row, row_out),
         "hand-written group": (grp, group_out),
         "copy": (copy, copy_out),
         "a*b": (mul, mul_out),
+        "read": (read, read_out),
         "group over": (group_over, group_out),  # the group kernel over other arrays of that shape
     }
 
@@ -250,6 +288,11 @@ def run(size: str = "large", repeat: int = 10) -> dict:
         enqueue().wait()
         if not np.array_equal(result.get(), source):
             raise AssertionError(f"the {name} kernel's result is wrong")
+    enqueue, result = hand["read"]
+    enqueue().wait()
+    total = float(result.get().astype(np.float64).sum())
+    if not abs(total - float((a.astype(np.float64) * b).sum())) <= 1e-3 * float(np.abs(a * b).sum()):
+        raise AssertionError("the read kernel's result is wrong")
 
     def fused_wall() -> clients.Tensor:
         result = fused(x, y)
@@ -297,7 +340,7 @@ def run(size: str = "large", repeat: int = 10) -> dict:
                     COLUMNS: dtime.fused_seconds(lambda: clients.sum(clients.exp(x * 0.5) * y, axis=0)),
                     FULL: dtime.fused_seconds(lambda: clients.sum(clients.exp(x * 0.5) * y))}
         samplers.update({name: dtime.enqueued_seconds(hand[name][0])
-                         for name in ("hand-written row", "hand-written group", "copy", "a*b")})
+                         for name in ("hand-written row", "hand-written group", "copy", "a*b", "read")})
         # Before every sample, the group kernel reads two other arrays of the same size:
         # every variant then starts with caches holding none of its data and nothing
         # dirty (a variant timed right after the copy or a*b kernel, which write 64 MiB,
@@ -329,7 +372,7 @@ def run(size: str = "large", repeat: int = 10) -> dict:
         limits = {name: moved[name] / device[name].median / 1e9 for name in moved}
         limit = max(limits.values())
         kernel_gb = {name: bytes_read / device[name].median / 1e9
-                     for name in ("fused", PLAIN, COLUMNS, FULL, "hand-written row", "hand-written group")}
+                     for name in ("fused", PLAIN, COLUMNS, FULL, "hand-written row", "hand-written group", "read")}
         best_hand = min(device["hand-written row"].median, device["hand-written group"].median)
         result["device_kernel_time"] = {
             "variants": {name: {**t.to_dict(), "gb_per_s": kernel_gb.get(name, limits.get(name))}
@@ -338,6 +381,9 @@ def run(size: str = "large", repeat: int = 10) -> dict:
             "practical_limit_gb_per_s": limit,
             "fused_vs_hand_written_best": best_hand / device["fused"].median,
         }
+        read_limit = bytes_read / device["read"].median / 1e9
+        result["device_kernel_time"]["read_limit_gb_per_s"] = read_limit
+        result["fraction_of_read_limit"] = kernel_gb["fused"] / read_limit
         result["fraction_of_limit"] = kernel_gb["fused"] / limit
         result["plain_fraction_of_limit"] = kernel_gb[PLAIN] / limit
         result["column_fraction_of_limit"] = kernel_gb[COLUMNS] / limit
@@ -369,6 +415,9 @@ def report(result: dict) -> None:
               f"{PLAIN} reads at {result['plain_fraction_of_limit']:.2f} of it; the column sum at "
               f"{result['column_fraction_of_limit']:.2f}, the full sum at {result['full_fraction_of_limit']:.2f} "
               f"(kernels: {result['kernels_per_other_run']})")
+    if dk:
+        print(f"reading alone (both inputs once, nothing written back): {dk['read_limit_gb_per_s']:.1f} GB/s; "
+              f"fused reads at {result['fraction_of_read_limit']:.2f} of that")
     print(f"kernels per fused run: {result['kernels_per_fused_run']} ({', '.join(result['fused_ops'])})")
     for note in result["notes"]:
         print(f"note: {note}")
