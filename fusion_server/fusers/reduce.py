@@ -28,7 +28,7 @@ from .values import epilogue_outputs, flat_alias, flat_readable, liveness, neede
 # private array (32 vectors of 16 floats: 2 KiB).
 MAX_COLUMN_VECTORS = 32
 # A full reduction is cut into chunks of at least this many elements, reduced in parallel
-# (see full_chunks): one work-group had summed 2^24 floats on an H200 at 16 GB/s, and one
+# (see chunks_for): one work-group had summed 2^24 floats on an H200 at 16 GB/s, and one
 # work-item at 8 GB/s on 16 CPU cores.
 FULL_CHUNK_MIN = {"GPU": 16 * 256}
 FULL_CHUNK_MIN_OTHER = 1 << 15
