@@ -1,5 +1,5 @@
-"""Reductions along a contiguous kept axis (sums down the columns) in the `columns`
-strategy: CPU devices read vectors across the outputs. Values against numpy for tails,
+"""Reductions along a contiguous kept axis (sums, products, max and min down the
+columns) in the `columns` strategy: CPU devices read vectors across the outputs. Values against numpy for tails,
 broadcast and strided inputs, epilogues, written prologue values and every accumulating
 dtype; the strategy asserted through `inspect()`; the scalar variant after a failed
 vector build; explicit settings respected."""
@@ -119,11 +119,28 @@ def test_the_strategy_is_the_default_for_column_sums_on_cpus(client):
         assert all(v.startswith("loop") for v in variants), variants
 
 
+@pytest.mark.parametrize("name", ["max", "min"])
+@pytest.mark.parametrize("shape", [(5, 9), (33, 18), (64, 203)])
+def test_max_and_min_down_the_columns_keep_nan(columns, name, shape):
+    rng = np.random.default_rng(15)
+    a = rand(shape, seed=15)
+    a[rng.integers(0, shape[0], 4), rng.integers(0, shape[1], 4)] = np.nan  # NaN in a few columns
+    with clients.inspect() as rec:
+        got = getattr(clients, name)(clients.asarray(a) * 2.0, axis=0).numpy()
+    np.testing.assert_array_equal(got, getattr(np, name)(a * np.float32(2), axis=0))
+    assert_variants(rec, "reduce", "columns")
+    ints = rng.integers(-30000, 30000, shape).astype(np.int16)
+    with clients.inspect() as rec:
+        got = getattr(clients, name)(clients.asarray(ints), axis=0).numpy()
+    np.testing.assert_array_equal(got, getattr(np, name)(ints, axis=0))
+    assert_variants(rec, "reduce", "columns")
+
+
 @pytest.mark.parametrize("reduction", [
-    lambda x: clients.max(x, axis=0),  # not a sum or product
+    lambda x: clients.argmax(x, axis=0),  # an index per output: the loop keeps it
     lambda x: clients.sum(x, axis=1),  # a contiguous reduced axis: the vector loop
     lambda x: clients.sum(x[:, ::2], axis=0),  # a kept axis with a stride
-], ids=["max", "rows", "strided-kept"])
+], ids=["argmax", "rows", "strided-kept"])
 def test_other_reductions_keep_their_strategies(reduction):
     a = rand((16, 24), seed=12)
     with clients.inspect() as rec:

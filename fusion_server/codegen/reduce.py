@@ -466,7 +466,7 @@ def _columns_body(spec: ReduceSpec) -> list[str]:
     reduced element read once for all of them (one page of each input per step, not one
     per vector: a sum down the columns of 4096 x 4096 floats took 43 ms in vectors of 16
     per work-item on a 2-core KVM guest, where every new page costs a nested page walk);
-    the outputs past the last whole vector one at a time. Sums and products only."""
+    the outputs past the last whole vector one at a time. Sums, products, max and min."""
     W, V, pro = spec.width, spec.vectors, spec.prologue
     acc_t = dt.CL_NAME[spec.acc]
     src = [f"  const IDX o0 = (IDX)get_global_id(0) * {V * W};", "  if (o0 >= nout) return;"]
@@ -497,11 +497,17 @@ def _columns_body(spec: ReduceSpec) -> list[str]:
 
     identity = _identity(spec.kind, spec.acc)
     vtype = ex.type_name(spec.acc, W)
+    # Float max and min: NaN lanes gathered in a mask per vector (see _vector_fold).
+    nan_flag = spec.kind in ("max", "min") and dt.is_float(spec.acc)
+    mask = dt.CL_MASK_NAME[spec.acc] + (str(W) if W > 1 else "")
     src.append(f"  const IDX left = (nout - o0) / {W};")
     src.append(f"  const int nvec = left < {V} ? (int)left : {V};  /* whole vectors of outputs */")
     src += bases("o0", "  ")
     src.append(f"  {vtype} accs[{V}];")
     src.append(f"  for (int v = 0; v < {V}; ++v) accs[v] = ({vtype})({identity});")
+    if nan_flag:
+        src.append(f"  {mask} nans[{V}];")
+        src.append(f"  for (int v = 0; v < {V}; ++v) nans[v] = ({mask})(0);")
     src.append("  for (IDX r = 0; r < nred; ++r) {")
     src += _positions(spec, "r", "    ")
     src.append("    for (int v = 0; v < nvec; ++v) {")
@@ -519,15 +525,19 @@ def _columns_body(spec: ReduceSpec) -> list[str]:
         src.append("      " + (ex.vstore(f"v{j}", at, pro.ops[j].out, W) if W > 1 else f"*({at}) = v{j};"))
     value, vdtype = _value_to_reduce(spec)
     v = ex.cast(value, vdtype, spec.acc, W)
-    src.append(f"      {{ const {vtype} val = {v}; {vtype} a = accs[v]; "
-               f"{_vector_fold(spec.kind, spec.acc, 'a', 'val', W)} accs[v] = a; }}")
+    keep_nan = (f"{mask} nanv = nans[v]; ", " nans[v] = nanv;") if nan_flag else ("", "")
+    src.append(f"      {{ const {vtype} val = {v}; {vtype} a = accs[v]; {keep_nan[0]}"
+               f"{_vector_fold(spec.kind, spec.acc, 'a', 'val', W)} accs[v] = a;{keep_nan[1]} }}")
     src.append("    }")
     src.append("  }")
     src.append("  for (int v = 0; v < nvec; ++v) {")
     src.append(f"    const {vtype} av = accs[v];")
+    if nan_flag:
+        src.append(f"    const {mask} nv = nans[v];")
     for lane in range(W):
-        src.append(f"    {{ const IDX o = o0 + (IDX)(v * {W} + {lane}); "
-                   f"const {acc_t} acc = av{f'.s{lane:x}' if W > 1 else ''};")
+        swizzle = f".s{lane:x}" if W > 1 else ""
+        value = f"nv{swizzle} ? ({acc_t})NAN : av{swizzle}" if nan_flag else f"av{swizzle}"
+        src.append(f"    {{ const IDX o = o0 + (IDX)(v * {W} + {lane}); const {acc_t} acc = {value};")
         src += _epilogue(spec, "      ")
         src.append("    }")
     src.append("  }")
@@ -535,9 +545,13 @@ def _columns_body(spec: ReduceSpec) -> list[str]:
     src.append(f"  for (IDX o = o0 + (IDX)(nvec * {W}); o < end; ++o) {{  /* past the last whole vector */")
     src += bases("o", "    ")
     src.append(f"    {acc_t} acc = {identity};")
+    if nan_flag:
+        src.append("    int nan_seen = 0;")
     src.append("    for (IDX r = 0; r < nred; ++r) {")
     src += _loop_body(spec, "r", "      ")
     src.append("    }")
+    if nan_flag:
+        src.append(f"    if (nan_seen) acc = ({acc_t})NAN;")
     src.append("    {")
     src += _epilogue(spec, "      ")
     src.append("    }")

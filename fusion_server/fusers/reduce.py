@@ -334,7 +334,7 @@ class ReducePlan:
         columns = (
             not vectorize and ctx.reduce_strategy in (None, "columns") and strategy != "group"
             and kept_rank == 1 and width > 1 and nout >= width and (strategy == "columns" or not gpu)
-            and red.name in ("sum", "prod") and not dt.is_bool(red.acc)
+            and red.name in ("sum", "prod", "max", "min") and not dt.is_bool(red.acc)
             and all(ks[0] in (0, 1) for ks in kept_sets[:n_in]) and all(ks[0] == 1 for ks in kept_sets[n_in:])
             and not needs_scalar_trace(trace, ctx.scalar_exprs)
         )
