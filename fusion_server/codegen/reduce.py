@@ -278,6 +278,12 @@ def _base_and_strides(spec: ReduceSpec, src: list[str], base: str, start: str, s
         kept.append(f"kc{d} * (IDX)meta[{pos}]")
         pos += 1
     src.append(f"  const IDX {base} = {' + '.join([start] + kept)};")
+    return _reduced_strides(spec, src, strides, pos)
+
+
+def _reduced_strides(spec: ReduceSpec, src: list[str], strides: str, pos: int) -> int:
+    """Declare the reduced strides `strides`_d, read from `meta` at `pos`; returns the
+    next position."""
     for d in range(spec.red_rank):
         src.append(f"  const IDX {strides}_{d} = (IDX)meta[{pos}];")
         pos += 1
@@ -482,16 +488,10 @@ def _columns_body(spec: ReduceSpec) -> list[str]:
     # written value its kept stride (1) and reduced strides.
     for k in range(len(pro.inputs)):
         src.append(f"  const IDX O{k} = (IDX)meta[{pos}]; const IDX K{k} = (IDX)meta[{pos + 1}];")
-        pos += 2
-        for d in range(spec.red_rank):
-            src.append(f"  const IDX R{k}_{d} = (IDX)meta[{pos}];")
-            pos += 1
+        pos = _reduced_strides(spec, src, f"R{k}", pos + 2)
     for m in range(len(spec.writes)):
         src.append(f"  const IDX KW{m} = (IDX)meta[{pos}];")
-        pos += 1
-        for d in range(spec.red_rank):
-            src.append(f"  const IDX RW{m}_{d} = (IDX)meta[{pos}];")
-            pos += 1
+        pos = _reduced_strides(spec, src, f"RW{m}", pos + 1)
     decls, pos = ep.declarations(spec.epilogue, spec.out_rank, pos)
     src += decls
 
