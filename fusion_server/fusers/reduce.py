@@ -370,18 +370,17 @@ class ReducePlan:
             acc_width=acc_width if vectorize and 1 < width and acc_width < width else 0,
             vectors=vectors,
         )
-        meta = rg.metadata(spec, kdims, rdims,
-                           [(e.offset, ks, rs) for e, ks, rs in zip(pro_entries, kept_sets, red_sets)],
-                           list(zip(kept_sets[n_in:], red_sets[n_in:])), out_shape, epi_layouts)
+        meta_inputs = [(e.offset, ks, rs) for e, ks, rs in zip(pro_entries, kept_sets, red_sets)]
+        meta_writes = list(zip(kept_sets[n_in:], red_sets[n_in:]))
         chunks = chunks_for(ctx.info, nout, nred, red.name, strategy, down_columns)
         if chunks and (index == "long" or (nred + chunks * width) * nout < 2**31 - 1):
-            self._run_in_two_passes(ctx, spec, chunks, kdims, rdims, meta_inputs=[
-                (e.offset, ks, rs) for e, ks, rs in zip(pro_entries, kept_sets, red_sets)],
-                meta_writes=list(zip(kept_sets[n_in:], red_sets[n_in:])), out_shape=out_shape,
-                epi_layouts=epi_layouts, out_entries=out_entries, write_entries=write_entries,
-                pro_entries=pro_entries, epi_entries=epi_entries, pro_scalars=pro_scalars,
-                epi_scalars=epi_scalars, names=[op.name for op in all_ops], nred=nred)
+            self._run_in_two_passes(ctx, spec, chunks, kdims, rdims, meta_inputs=meta_inputs,
+                                    meta_writes=meta_writes, out_shape=out_shape, epi_layouts=epi_layouts,
+                                    out_entries=out_entries, write_entries=write_entries,
+                                    pro_entries=pro_entries, epi_entries=epi_entries, pro_scalars=pro_scalars,
+                                    epi_scalars=epi_scalars, names=[op.name for op in all_ops], nred=nred)
             return
+        meta = rg.metadata(spec, kdims, rdims, meta_inputs, meta_writes, out_shape, epi_layouts)
         built = ctx.build_or_fail(spec, f"reduction block ({red.name})", out_entries + write_entries)
         if built is None:
             return
