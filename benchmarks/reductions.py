@@ -136,10 +136,6 @@ __kernel void mulv(__global const VEC *restrict a, __global const VEC *restrict 
 """
 
 
-def device_type_gpu(queue: cl.CommandQueue) -> int:
-    return queue.device.type & cl.device_type.GPU
-
-
 def shape_for(size: str) -> tuple[int, int]:
     """A square of common.SIZES[size] elements."""
     side = math.isqrt(common.SIZES[size])
@@ -174,17 +170,17 @@ def hand_written(queue: cl.CommandQueue, ga: cla.Array, gb: cla.Array) -> dict[s
     rows, cols = ga.shape
     prelude, width = dtime.vector_prelude()
     nv = ga.size // width
-    gpu = bool(device_type_gpu(queue))
+    device = queue.device
+    gpu = bool(device.type & cl.device_type.GPU)
     row_k, group_k, copy_k, mul_k, read_k = dtime.build(queue, prelude + SOURCE, "row_sum", "group_sum", "copyv",
                                                         "mulv", "read_strided" if gpu else "read_chunks")
-    device = queue.device
     group = min(GROUP, device.max_work_group_size)
     group = 1 << (group.bit_length() - 1)  # a power of two, for the tree
     row_out, group_out = cla.empty(queue, rows, np.float32), cla.empty(queue, rows, np.float32)
     copy_out, mul_out = cla.empty_like(ga), cla.empty_like(ga)
     # Rows in the work-groups the library's own row reductions get (heavy work-items: on
     # a CPU, small enough groups that every core has several); on GPUs 64 rows a group.
-    if device.type & cl.device_type.GPU:
+    if gpu:
         g_rows, l_rows = dtime.launch_size(device, rows, 64)
     else:
         local = clients.client_for().server.ctx.group_size(rows, heavy=True)
