@@ -9,8 +9,17 @@ import numpy as np
 import pytest
 
 import clients
+from fusion_server.codegen.sort import MAX_BUCKETS
 from fusion_server.fusers import sort as sort_plan
-from fusion_server.fusers.sort import RUN_SPLIT_MIN, TILE_ITEMS, TILE_ITEMS_OTHER, run_segment
+from fusion_server.fusers.sort import (
+    BUCKET_PAIRS,
+    MAX_CHUNKS,
+    RUN_SPLIT_MIN,
+    TILE_ITEMS,
+    TILE_ITEMS_OTHER,
+    bucket_layout,
+    by_buckets,
+)
 from tests.conftest import exploding_kernel, settle
 
 FP64 = clients.client_for().fp64
@@ -68,7 +77,8 @@ def test_sort_and_argsort_match_numpy(dtype, descending, via):
 def test_keys_over_every_byte_and_keys_all_alike(dtype, descending):
     """Keys that differ in every byte, keys all alike, and few distinct keys, in rows long
     enough for a CPU's radix sort (which skips the bytes all keys share) and long enough
-    to be cut into segments and merged; bit-exact against numpy's stable sort."""
+    to be sorted by buckets (all alike: one bucket holds the row); bit-exact against
+    numpy's stable sort."""
     rng = np.random.default_rng(11)
     n = 3 * RUN_SPLIT_MIN + 5
     if np.dtype(dtype).kind == "f":
@@ -97,8 +107,8 @@ def test_the_other_first_stage_matches_numpy_too(monkeypatch, descending):
 
 
 def test_rows_cut_for_many_cores_match_numpy(monkeypatch):
-    """With 64 cores, rows are cut into segments where 2 cores leave them whole: several
-    cut rows, and last segments short enough for the insertion sort."""
+    """With 64 cores, rows are sorted by buckets where 2 cores sort each row whole: the
+    most buckets a row may have, many of them empty or short, several rows at once."""
     ctx = clients.client_for().server.ctx
     monkeypatch.setattr(ctx, "info", dataclasses.replace(ctx.info, compute_units=64))
     for k, shape in enumerate([(1, 4106), (3, 8200), (2, 4097), (1, 20000)]):
@@ -109,12 +119,15 @@ def test_rows_cut_for_many_cores_match_numpy(monkeypatch):
 
 
 def test_how_a_cpu_cuts_rows():
-    assert run_segment(1000, 1, 64) == 1024  # short rows stay whole
-    assert run_segment(1 << 20, 1, 2) == 1 << 19  # one long row: a segment per core
-    assert run_segment(1 << 20, 1, 12) == 1 << 17  # (a power of two: 8 segments)
-    assert run_segment(1 << 20, 4, 16) == 1 << 18  # 4 rows share 16 cores
-    assert run_segment(1 << 20, 64, 16) == 1 << 20  # enough rows: each whole
-    assert run_segment(5 * RUN_SPLIT_MIN, 1, 64) == RUN_SPLIT_MIN  # never shorter than that
+    assert not by_buckets(RUN_SPLIT_MIN, 1, 64)  # short rows: each sorted whole
+    assert by_buckets(1 << 20, 1, 2) and by_buckets(1 << 20, 4, 16)  # fewer long rows than cores
+    assert not by_buckets(1 << 20, 16, 16)  # enough rows: each whole
+    # (keys per chunk, buckets per row): two chunks per core, buckets that fit a core's cache
+    assert bucket_layout(1 << 20, 1, 2) == (1 << 18, (1 << 20) // BUCKET_PAIRS)
+    assert bucket_layout(1 << 20, 4, 16) == (1 << 17, 64)  # 4 rows share 16 cores
+    assert bucket_layout(1 << 16, 1, 16) == (1 << 12, 64)  # four buckets per core at least
+    assert bucket_layout(1 << 24, 1, 64) == ((1 << 24) // MAX_CHUNKS, MAX_BUCKETS)  # at most these
+    assert bucket_layout(RUN_SPLIT_MIN + 1, 1, 64) == (RUN_SPLIT_MIN // 2 + 1, MAX_BUCKETS)  # no tiny chunks
 
 
 def test_axis_arguments_including_negative():
@@ -200,10 +213,12 @@ def tile_pairs() -> int:
 
 
 def sort_kernels(rows: int, n: int) -> int:
-    """The kernels a sort of `rows` rows of `n` takes here: the first stage (tiles on a
-    GPU; on a CPU, one radix-sorted segment per work-item), then a merge pass per doubling
-    of the sorted runs until one covers the row."""
-    first = run_segment(n, rows, INFO.compute_units) if INFO.kind == "CPU" else tile_pairs()
+    """The kernels a sort of `rows` rows of `n` takes here: on a GPU the tiles, then a
+    merge pass per doubling of the sorted runs until one covers the row; on a CPU one
+    (a row per work-item) or the bucket sort's four."""
+    if INFO.kind == "CPU":
+        return 4 if by_buckets(n, rows, INFO.compute_units) else 1
+    first = tile_pairs()
     return 1 + (math.ceil(math.log2(n / first)) if n > first else 0)
 
 
@@ -213,7 +228,7 @@ def one_kernel_row() -> int:
 
 
 def merged_row() -> int:
-    """A row length that takes merge passes here."""
+    """A row length that takes several kernels here (merge passes, or buckets)."""
     return 3 * RUN_SPLIT_MIN if INFO.kind == "CPU" else 5 * tile_pairs() // 2
 
 
@@ -228,8 +243,8 @@ def test_kernels_of_a_sorted_fused_expression():
     assert [(k.kind, k.ops) for k in rec.kernels] == [
         ("elementwise", ["exp", "add"]), ("sort", ["sort"]), ("elementwise", ["multiply"])]
 
-    # A longer row: the first stage, then one merge pass per doubling of the sorted runs
-    # until a run covers the row.
+    # A longer row: on a GPU the tiles, then one merge pass per doubling of the sorted
+    # runs until a run covers the row; on a CPU the bucket sort.
     n = merged_row()
     b = data((n,), np.float32, seed=5)
     with clients.inspect() as rec:
@@ -341,3 +356,29 @@ def test_rows_too_long_for_the_kernels_raise_at_the_call():
     with pytest.raises(ValueError, match="more than the device sort supports"):
         clients.argsort(huge)
     np.testing.assert_array_equal(clients.sort(clients.asarray([3.0, 1.0])).numpy(), [1.0, 3.0])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64 if FP64 else np.int64, np.int32, np.uint8])
+def test_bucket_sort_of_skewed_rows(monkeypatch, dtype):
+    """Rows sorted by buckets (forced, with 8 cores) whose keys crowd a few bins: most of a
+    row in one bin (one bucket takes it, the next ones stay empty), signed zeros and NaNs
+    among them (their values are read back from the row, not made from the key), and a
+    row whose keys are all alike but one; bit-exact in both directions."""
+    ctx = clients.client_for().server.ctx
+    monkeypatch.setattr(ctx, "info", dataclasses.replace(ctx.info, kind="CPU", compute_units=8))
+    rng = np.random.default_rng(21)
+    n = 5 * RUN_SPLIT_MIN + 3
+    crowded = np.array(rng.integers(0, 3, n), dtype)
+    spread = np.array(rng.integers(0, 100, n // 10), dtype)
+    crowded[rng.integers(0, n, n // 10)] = spread
+    if np.dtype(dtype).kind == "f":
+        crowded[rng.random(n) < 0.3] = -0.0
+        crowded[rng.random(n) < 0.05] = np.nan
+        crowded[rng.random(n) < 0.05] = rng.standard_normal(1).astype(dtype) * 1e20
+    one_differs = np.full(n, 7, dtype)
+    one_differs[n // 3] = 1
+    for a in (crowded, one_differs, np.stack([crowded, one_differs, crowded[::-1].copy()])):
+        with clients.inspect() as rec:
+            check(clients.asarray(a), a)
+        assert [k.name.split("_")[1] for k in rec.kernels[:4]] == ["histogram", "plan", "scatter", "buckets"]
+        check(clients.asarray(a), a, descending=True)

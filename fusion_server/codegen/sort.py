@@ -15,6 +15,15 @@ position, so the order is total: any sorting network gives the stable result.
   skipping a byte every key shares. A CPU runs a work-group as a loop on one core and
   the tiles' bitonic network as one loop per barrier step: 2^20 floats took 127 ms that
   way, 3.6x numpy's time, and a row sort per work-item needs no barrier at all.
+- `histogram`, `plan`, `scatter`, `buckets` (CPU devices, rows long enough to be cut,
+  in place of `runs` and the merge passes): a sample sort whose sample is every key.
+  Work-items count the top 16 bits of the keys of their chunk of a row (`histogram`);
+  one work-item per row cuts the 2^16 bins into buckets of about equal counts and works
+  out where each chunk's keys of each bucket go (`plan`); the chunks move their pairs
+  there (`scatter`, stable); then each bucket, a range of keys small enough to stay in
+  the core's cache, is radix-sorted by one work-item into its final place (`buckets`).
+  Merge passes cost more than the sort of the segments they merge (2^20 floats on two
+  cores: ...) and use one core in the last pass.
 - `merge`: neighbouring sorted runs merged into one, each work-item writing a chunk of
   the merged run: a binary search on the merge path finds where its chunk starts in
   both runs, then it merges sequentially. The last pass writes the results.
@@ -34,7 +43,7 @@ class SortSpec(NamedTuple):
     """One sort kernel: which stage, for which dtype, writing which results."""
 
     kind: str  # always "sort": keeps these keys apart from other kernels' in the cache
-    stage: str  # "tiles", "runs" or "merge"
+    stage: str  # "tiles", "runs", "merge", or the bucket sort's "histogram", "plan", "scatter", "buckets"
     dtype: np.dtype
     values: bool  # the final pass writes the sorted values
     indices: bool  # the final pass writes the positions (int64)
@@ -61,9 +70,31 @@ _KEYS = {
 }
 
 
+# Each key back to its value (`key` the raw key, before a descending sort inverts it):
+# what the sorted values are written from, without reading the input again. Not for the
+# keys that stand for several values: zeros (+0.0 and -0.0) and NaNs (see value_of).
+_VALUES = {
+    dt.bool_: "return (T)k;",
+    dt.uint8: "return (T)k;",
+    dt.uint16: "return (T)k;",
+    dt.uint32: "return k;",
+    dt.uint64: "return k;",
+    dt.int8: "return (T)as_int(k ^ 0x80000000u);",
+    dt.int16: "return (T)as_int(k ^ 0x80000000u);",
+    dt.int32: "return as_int(k ^ 0x80000000u);",
+    dt.int64: "return as_long(k ^ 0x8000000000000000ul);",
+    dt.float32: "return as_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k);",
+    dt.float64: "return as_double((k & 0x8000000000000000ul) ? (k & 0x7FFFFFFFFFFFFFFFul) : ~k);",
+}
+
+
 # Runs up to this long are insertion-sorted by the `runs` kernel (radix histograms cost
 # 256 counters per byte whatever the run's length).
 SHORT_RUN = 64
+# The bucket sort's bins: the top bits of a key (2^16 bins of 4-byte counts per chunk).
+BIN_BITS = 16
+BINS = 1 << BIN_BITS
+MAX_BUCKETS = 256  # a bucket's number is a byte
 
 
 def key_bytes(dtype: np.dtype) -> int:
@@ -82,26 +113,45 @@ def kernel_name(spec: SortSpec) -> str:
 
 
 def parameters(spec: SortSpec) -> tuple[sig.Param, ...]:
-    """The kernel's parameters. Tiles: the input and its offset, rows, n, the segment,
-    descending, final; the keys and indices out, the values and indices (the result);
-    local keys and indices. Runs: as tiles, with the radix sort's second copy of the keys
-    and indices (for 4-byte keys, both hold packed 8-byte words) in place of local memory.
-    Merge: the keys and indices in, rows, n, the run, the chunk,
-    final; the keys and indices out; the input and its offset; the result."""
+    """The kernel's parameters, per stage. Every stage that reads the input takes it and
+    its offset first; stages that write the result end with the values and the indices.
+    Tiles: rows, n, the segment, descending, final; the keys and indices out; the result;
+    local keys and indices. Runs and buckets: rows, n, descending (buckets: the bounds of
+    the buckets); two copies of the keys and indices (for 4-byte keys, each copy's keys
+    hold packed 8-byte words); the result. Histogram, plan and scatter: their counts,
+    table and offsets (see the kernels). Merge: the keys and indices in, rows, n, the run,
+    the chunk, final; the keys and indices out; the input and its offset; the result."""
     i32, i64 = np.dtype(np.int32), np.dtype(np.int64)
-    result = [sig.raw("out", "__global T *values"), sig.raw("out", "__global long *indices")]
-    if spec.stage in ("tiles", "runs"):
-        last = (sig.raw("local", "__local KEY *lk"), sig.raw("local", "__local uint *li")) \
-            if spec.stage == "tiles" else \
-            (sig.raw("out", "__global KEY *tmp_keys"), sig.raw("out", "__global uint *tmp_idx"))
-        return (sig.raw("input", "__global const T *in"), sig.scalar(i64, "in_off"),
-                *(sig.scalar(i32, n) for n in ("rows", "n", "seg", "desc", "final")),
+    result = (sig.raw("out", "__global T *values"), sig.raw("out", "__global long *indices"))
+    source = (sig.raw("input", "__global const T *in"), sig.scalar(i64, "in_off"))
+    first_copy = (sig.raw("out", "__global KEY *keys_a"), sig.raw("out", "__global uint *idx_a"))
+    both_copies = (*first_copy, sig.raw("out", "__global KEY *keys_b"), sig.raw("out", "__global uint *idx_b"))
+    stage = spec.stage
+    if stage == "runs":
+        return (*source, *(sig.scalar(i32, n) for n in ("rows", "n", "desc")), *both_copies, *result)
+    if stage == "histogram":
+        return (*source, *(sig.scalar(i32, n) for n in ("rows", "n", "chunk", "desc")),
+                sig.raw("out", "__global uint *hist"))
+    if stage == "plan":
+        return (sig.raw("input", "__global const uint *hist"),
+                *(sig.scalar(i32, n) for n in ("rows", "n", "chunks", "buckets")),
+                sig.raw("out", "__global uchar *table"), sig.raw("out", "__global uint *offsets"),
+                sig.raw("out", "__global uint *bounds"))
+    if stage == "scatter":
+        return (*source, *(sig.scalar(i32, n) for n in ("rows", "n", "chunk", "desc", "buckets")),
+                sig.raw("input", "__global const uchar *table"), sig.raw("input", "__global const uint *offsets"),
+                *first_copy)
+    if stage == "buckets":
+        return (*source, *(sig.scalar(i32, n) for n in ("rows", "n", "desc", "buckets")),
+                sig.raw("input", "__global const uint *bounds"), *both_copies, *result)
+    if stage == "tiles":
+        return (*source, *(sig.scalar(i32, n) for n in ("rows", "n", "seg", "desc", "final")),
                 sig.raw("out", "__global KEY *keys_out"), sig.raw("out", "__global uint *idx_out"), *result,
-                *last)
+                sig.raw("local", "__local KEY *lk"), sig.raw("local", "__local uint *li"))
     return (sig.raw("input", "__global const KEY *keys"), sig.raw("input", "__global const uint *idx"),
             *(sig.scalar(i32, n) for n in ("rows", "n", "run", "chunk", "final")),
             sig.raw("out", "__global KEY *keys_out"), sig.raw("out", "__global uint *idx_out"),
-            sig.raw("input", "__global const T *in"), sig.scalar(i64, "in_off"), *result)
+            *source, *result)
 
 
 def arg_dtypes(spec: SortSpec) -> list:
@@ -116,6 +166,33 @@ KEY key_of(const T v, const int desc)
     if (IS_NAN(v)) return KEY_MAX;  /* NaN sorts last, in both directions */
     const KEY k = raw_key(v);
     return desc ? ~k : k;
+}
+
+T value_from_key(const KEY k)
+{VALUE_BODY
+}
+
+/* The value of a sorted key: from the key itself, or read from the row at its position
+   where the key stands for several values (NaNs, signed zeros: numpy keeps each one's
+   bits; any key equal to one of those is read, which is always right). */
+T value_of(KEY k, const int desc, __global const T *row_in, const uint ix)
+{
+    if (k == KEY_MAX) return row_in[ix];
+    if (desc) k = ~k;
+    if (IS_FLOAT && k == KEY_SIGN) return row_in[ix];
+    return value_from_key(k);
+}
+
+/* write_result for stages that know the key: the value is made from it. */
+void write_keyed(__global const T *row_in, const long at, const KEY k, const int desc, const uint ix,
+                 __global T *values, __global long *indices)
+{
+#if WRITE_VALUES
+    values[at] = value_of(k, desc, row_in, ix);
+#endif
+#if WRITE_INDICES
+    indices[at] = (long)ix;
+#endif
 }
 
 void write_result(__global const T *in, const long row_at, const long at, const uint ix,
@@ -178,7 +255,7 @@ __kernel void NAME(PARAMETERS)
         if (col >= n) continue;  /* a segment's real pairs come first: padding sorts last */
         const long at = row * n + col;
         if (final)
-            write_result(in, in_off + row * n, at, li[e], values, indices);
+            write_keyed(in + in_off + row * n, at, lk[e], desc, li[e], values, indices);
         else {
             keys_out[at] = lk[e];
             idx_out[at] = li[e];
@@ -187,7 +264,7 @@ __kernel void NAME(PARAMETERS)
 }
 """
 
-_RUNS = """
+_RADIX = """
 void prefix_sums(uint *count)  /* a byte's counts to the first position of its keys */
 {
     uint sum = 0;
@@ -198,15 +275,97 @@ void prefix_sums(uint *count)  /* a byte's counts to the first position of its k
     }
 }
 
-void sort_run(__global const T *src, const int start, const int len, const long base, const int desc,
-              __global KEY *keys_out, __global uint *idx_out, __global KEY *tmp_keys, __global uint *tmp_idx,
-              const int final, __global const T *row_in, const long row_at,
-              __global T *values, __global long *indices)
+/* The last byte of the keys whose histogram `count` is, by which `len` keys starting
+   with `first` do not all agree (-1: they are all alike). */
+int last_pass(uint count[PASSES][256], const KEY first, const int len)
 {
-    if (len <= SHORT_RUN) {  /* short: an insertion sort costs less than 256-bucket histograms */
+    int last = -1;
+    for (int p = 0; p < PASSES; ++p)
+        if (count[p][(uint)(first >> (8 * p)) & 255u] != (uint)len) last = p;
+    return last;
+}
+
+/* An LSD radix sort of `len` keys by their bytes (stable: equal bytes keep their order),
+   `count` each byte's histogram: the passes before `last` (last_pass) move the keys
+   between two copies, skipping the bytes every key shares; the last pass writes the
+   results (values made from the keys, positions). A row or a bucket of the row
+   `row_in`, written from position `at` of the results. */
+#if PACKED
+/* 4-byte keys: key and position in one 8-byte word, whose order is the pairs' order:
+   one load and one store per move, and half the streams a pass scatters into. */
+void radix_sort(__global ulong *wa, __global ulong *wb, const int len, uint count[PASSES][256],
+                __global const T *row_in, const long at, const int desc, __global T *values, __global long *indices)
+{
+    const int last = last_pass(count, (KEY)(wa[0] >> 32), len);
+    for (int p = 0; p < last; ++p) {
+        const int shift = 8 * p;
+        if (count[p][(uint)(wa[0] >> (32 + shift)) & 255u] == (uint)len) continue;  /* one byte for all */
+        prefix_sums(count[p]);
+        for (int i = 0; i < len; ++i) {
+            const ulong w = wa[i];
+            wb[count[p][((uint)(w >> 32) >> shift) & 255u]++] = w;
+        }
+        __global ulong *t = wa; wa = wb; wb = t;
+    }
+    if (last < 0) {
+        for (int i = 0; i < len; ++i)
+            write_keyed(row_in, at + i, (KEY)(wa[i] >> 32), desc, (uint)wa[i], values, indices);
+        return;
+    }
+    const int shift = 8 * last;
+    prefix_sums(count[last]);
+    for (int i = 0; i < len; ++i) {
+        const ulong w = wa[i];
+        const KEY k = (KEY)(w >> 32);
+        write_keyed(row_in, at + count[last][(k >> shift) & 255u]++, k, desc, (uint)w, values, indices);
+    }
+}
+#else
+/* 8-byte keys, kept beside their positions (ka, ia; kb, ib the second copy). */
+void radix_sort(__global KEY *ka, __global uint *ia, __global KEY *kb, __global uint *ib, const int len,
+                uint count[PASSES][256],
+                __global const T *row_in, const long at, const int desc, __global T *values, __global long *indices)
+{
+    const int last = last_pass(count, ka[0], len);
+    for (int p = 0; p < last; ++p) {
+        const int shift = 8 * p;
+        if (count[p][(uint)(ka[0] >> shift) & 255u] == (uint)len) continue;  /* one byte for all */
+        prefix_sums(count[p]);
+        for (int i = 0; i < len; ++i) {
+            const KEY k = ka[i];
+            const uint to = count[p][(uint)(k >> shift) & 255u]++;
+            kb[to] = k;
+            ib[to] = ia[i];
+        }
+        __global KEY *tk = ka; ka = kb; kb = tk;
+        __global uint *ti = ia; ia = ib; ib = ti;
+    }
+    if (last < 0) {
+        for (int i = 0; i < len; ++i)
+            write_keyed(row_in, at + i, ka[i], desc, ia[i], values, indices);
+        return;
+    }
+    const int shift = 8 * last;
+    prefix_sums(count[last]);
+    for (int i = 0; i < len; ++i) {
+        const KEY k = ka[i];
+        write_keyed(row_in, at + count[last][(uint)(k >> shift) & 255u]++, k, desc, ia[i], values, indices);
+    }
+}
+#endif
+"""
+
+_RUNS = _RADIX + """
+__kernel void NAME(PARAMETERS)
+{
+    const long row = get_global_id(0);
+    if (row >= rows) return;
+    __global const T *src = in + in_off + row * n;
+    const long base = row * n;
+    if (n <= SHORT_RUN) {  /* short: an insertion sort costs less than 256-bucket histograms */
         KEY pk[SHORT_RUN];
         uint pi[SHORT_RUN];
-        for (int i = 0; i < len; ++i) {
+        for (int i = 0; i < n; ++i) {
             const KEY k = key_of(src[i], desc);
             int j = i;
             for (; j > 0 && pk[j - 1] > k; --j) {  /* equal keys stay in order */
@@ -214,92 +373,167 @@ void sort_run(__global const T *src, const int start, const int len, const long 
                 pi[j] = pi[j - 1];
             }
             pk[j] = k;
-            pi[j] = (uint)(start + i);
+            pi[j] = (uint)i;
         }
-        for (int i = 0; i < len; ++i) {
-            if (final)
-                write_result(row_in, 0, row_at + i, pi[i], values, indices);
-            else {
-                keys_out[base + i] = pk[i];
-                idx_out[base + i] = pi[i];
-            }
-        }
+        for (int i = 0; i < n; ++i)
+            write_keyed(src, base + i, pk[i], desc, pi[i], values, indices);
         return;
     }
     uint count[PASSES][256];
     for (int p = 0; p < PASSES; ++p)
         for (int d = 0; d < 256; ++d) count[p][d] = 0;
 #if PACKED
-    /* 4-byte keys: key and position in one 8-byte word, whose order is the pairs' order:
-       one load and one store per move, and half the streams a pass scatters into. */
-    __global ulong *wa = (__global ulong *)tmp_keys + base, *wb = (__global ulong *)tmp_idx + base;
-    for (int i = 0; i < len; ++i) {
+    __global ulong *wa = (__global ulong *)keys_a + base;
+    for (int i = 0; i < n; ++i) {  /* the words, and every byte's histogram at once */
         const KEY k = key_of(src[i], desc);
-        wa[i] = ((ulong)k << 32) | (ulong)(start + i);
+        wa[i] = ((ulong)k << 32) | (ulong)i;
         for (int p = 0; p < PASSES; ++p) count[p][(k >> (8 * p)) & 255u]++;
     }
-    const uint first = (uint)(wa[0] >> 32);
-    for (int p = 0; p < PASSES; ++p) {
-        const int shift = 8 * p;
-        if (count[p][(first >> shift) & 255u] == (uint)len) continue;  /* one byte for all */
-        prefix_sums(count[p]);
-        for (int i = 0; i < len; ++i) {  /* in order: equal bytes keep their order */
-            const ulong w = wa[i];
-            wb[count[p][((uint)(w >> 32) >> shift) & 255u]++] = w;
-        }
-        __global ulong *t = wa; wa = wb; wb = t;
-    }
-    for (int i = 0; i < len; ++i) {
-        if (final)
-            write_result(row_in, 0, row_at + i, (uint)wa[i], values, indices);
-        else {
-            keys_out[base + i] = (KEY)(wa[i] >> 32);
-            idx_out[base + i] = (uint)wa[i];
-        }
-    }
+    radix_sort(wa, (__global ulong *)keys_b + base, n, count, src, base, desc, values, indices);
 #else
-    for (int i = 0; i < len; ++i) {  /* keys, positions, and every byte's histogram at once */
+    for (int i = 0; i < n; ++i) {  /* keys, positions, and every byte's histogram at once */
         const KEY k = key_of(src[i], desc);
-        keys_out[base + i] = k;
-        idx_out[base + i] = (uint)(start + i);
+        keys_a[base + i] = k;
+        idx_a[base + i] = (uint)i;
         for (int p = 0; p < PASSES; ++p) count[p][(uint)(k >> (8 * p)) & 255u]++;
     }
-    __global KEY *ka = keys_out + base, *kb = tmp_keys + base;
-    __global uint *ia = idx_out + base, *ib = tmp_idx + base;
-    for (int p = 0; p < PASSES; ++p) {
-        const int shift = 8 * p;
-        if (count[p][(uint)(ka[0] >> shift) & 255u] == (uint)len) continue;  /* one byte for all */
-        prefix_sums(count[p]);
-        for (int i = 0; i < len; ++i) {  /* in order: equal bytes keep their order */
-            const KEY k = ka[i];
-            const uint at = count[p][(uint)(k >> shift) & 255u]++;
-            kb[at] = k;
-            ib[at] = ia[i];
-        }
-        __global KEY *tk = ka; ka = kb; kb = tk;
-        __global uint *ti = ia; ia = ib; ib = ti;
+    radix_sort(keys_a + base, idx_a + base, keys_b + base, idx_b + base, n, count, src, base, desc,
+               values, indices);
+#endif
+}
+"""
+
+_BINS = """
+#define BIN(k) ((uint)((k) >> (8 * sizeof(KEY) - BIN_BITS)))
+
+/* This work-item's chunk of a row: gives its row, and its first and end columns. */
+long chunk_of(const long g, const int n, const int chunk, int *start, int *end)
+{
+    const int chunks = (n + chunk - 1) / chunk;
+    *start = (int)(g % chunks) * chunk;
+    *end = min(n, *start + chunk);
+    return g / chunks;
+}
+"""
+
+_HISTOGRAM = _BINS + """
+__kernel void NAME(PARAMETERS)
+{
+    const long g = get_global_id(0);
+    if (g >= (long)rows * ((n + chunk - 1) / chunk)) return;
+    int start, end;
+    const long row = chunk_of(g, n, chunk, &start, &end);
+    __global uint *h = hist + g * BINS;
+    for (int v = 0; v < BINS; ++v) h[v] = 0;
+    __global const T *src = in + in_off + row * n;
+    for (int i = start; i < end; ++i) h[BIN(key_of(src[i], desc))]++;
+}
+"""
+
+_PLAN = """
+__kernel void NAME(PARAMETERS)
+{
+    const long row = get_global_id(0);
+    if (row >= rows) return;
+    __global const uint *h = hist + row * chunks * BINS;
+    __global uchar *tab = table + row * BINS;
+    uint size[MAX_BUCKETS];
+    for (int b = 0; b < buckets; ++b) size[b] = 0;
+    /* Consecutive bins to a bucket until it holds its share of the row (a bin is never
+       split: one bin holding more leaves the buckets after it emptier). */
+    int b = 0;
+    ulong seen = 0;
+    for (int v = 0; v < BINS; ++v) {
+        uint c = 0;
+        for (int k = 0; k < chunks; ++k) c += h[k * BINS + v];
+        tab[v] = (uchar)b;
+        size[b] += c;
+        seen += c;
+        if (b < buckets - 1 && seen * (ulong)buckets >= (ulong)(b + 1) * (ulong)n) ++b;
     }
-    if (final) {
-        for (int i = 0; i < len; ++i)
-            write_result(row_in, 0, row_at + i, ia[i], values, indices);
-    } else if (ka != keys_out + base) {
-        for (int i = 0; i < len; ++i) {
-            keys_out[base + i] = ka[i];
-            idx_out[base + i] = ia[i];
+    __global uint *bnd = bounds + row * (buckets + 1);
+    uint at = 0;
+    for (int d = 0; d < buckets; ++d) {
+        const uint c = size[d];
+        bnd[d] = at;
+        size[d] = at;  /* from here on: where the next chunk's keys of bucket d go */
+        at += c;
+    }
+    bnd[buckets] = at;
+    /* Each chunk's keys of a bucket follow the earlier chunks' (the scatter is stable). */
+    __global uint *off = offsets + row * chunks * buckets;
+    for (int k = 0; k < chunks; ++k) {
+        uint count[MAX_BUCKETS];
+        for (int d = 0; d < buckets; ++d) count[d] = 0;
+        for (int v = 0; v < BINS; ++v) count[tab[v]] += h[k * BINS + v];
+        for (int d = 0; d < buckets; ++d) {
+            off[k * buckets + d] = size[d];
+            size[d] += count[d];
         }
+    }
+}
+"""
+
+_SCATTER = _BINS + """
+__kernel void NAME(PARAMETERS)
+{
+    const long g = get_global_id(0);
+    if (g >= (long)rows * ((n + chunk - 1) / chunk)) return;
+    int start, end;
+    const long row = chunk_of(g, n, chunk, &start, &end);
+    __global const uchar *tab = table + row * BINS;
+    __global const uint *off = offsets + g * buckets;
+    uint at[MAX_BUCKETS];
+    for (int b = 0; b < buckets; ++b) at[b] = off[b];
+    __global const T *src = in + in_off + row * n;
+#if PACKED
+    __global ulong *w = (__global ulong *)keys_a + row * n;
+    for (int i = start; i < end; ++i) {
+        const KEY k = key_of(src[i], desc);
+        w[at[tab[BIN(k)]]++] = ((ulong)k << 32) | (ulong)i;
+    }
+#else
+    __global KEY *ka = keys_a + row * n;
+    __global uint *ia = idx_a + row * n;
+    for (int i = start; i < end; ++i) {
+        const KEY k = key_of(src[i], desc);
+        const uint p = at[tab[BIN(k)]]++;
+        ka[p] = k;
+        ia[p] = (uint)i;
     }
 #endif
 }
+"""
 
+_BUCKETS = _RADIX + """
 __kernel void NAME(PARAMETERS)
 {
-    const int cpr = (n + seg - 1) / seg;  /* segments per row */
     const long g = get_global_id(0);
-    if (g >= (long)rows * cpr) return;
-    const long row = g / cpr;
-    const int start = (int)(g % cpr) * seg;
-    sort_run(in + in_off + row * n + start, start, min(seg, n - start), row * n + start, desc,
-             keys_out, idx_out, tmp_keys, tmp_idx, final, in + in_off + row * n, row * n, values, indices);
+    if (g >= (long)rows * buckets) return;
+    const long row = g / buckets;
+    __global const uint *bnd = bounds + row * (buckets + 1) + g % buckets;
+    const int len = (int)(bnd[1] - bnd[0]);
+    if (len == 0) return;
+    const long base = row * n + bnd[0];
+    __global const T *row_in = in + in_off + row * n;
+    uint count[PASSES][256];
+    for (int p = 0; p < PASSES; ++p)
+        for (int d = 0; d < 256; ++d) count[p][d] = 0;
+#if PACKED
+    __global ulong *wa = (__global ulong *)keys_a + base;
+    for (int i = 0; i < len; ++i) {
+        const uint k = (uint)(wa[i] >> 32);
+        for (int p = 0; p < PASSES; ++p) count[p][(k >> (8 * p)) & 255u]++;
+    }
+    radix_sort(wa, (__global ulong *)keys_b + base, len, count, row_in, base, desc, values, indices);
+#else
+    for (int i = 0; i < len; ++i) {
+        const KEY k = keys_a[base + i];
+        for (int p = 0; p < PASSES; ++p) count[p][(uint)(k >> (8 * p)) & 255u]++;
+    }
+    radix_sort(keys_a + base, idx_a + base, keys_b + base, idx_b + base, len, count, row_in, base, desc,
+               values, indices);
+#endif
 }
 """
 
@@ -363,14 +597,20 @@ def generate(spec: SortSpec) -> tuple[str, str]:
         f"typedef {key} KEY;",
         f"#define KEY_MAX (({key})~({key})0)",
         f"#define IS_NAN(v) {'isnan(v)' if dt.is_float(spec.dtype) else '0'}",
+        f"#define IS_FLOAT {int(dt.is_float(spec.dtype))}",
+        f"#define KEY_SIGN (({key})1 << {63 if key == 'ulong' else 31})",
         f"#define WRITE_VALUES {int(spec.values)}",
         f"#define WRITE_INDICES {int(spec.indices)}",
         f"#define PASSES {8 if key == 'ulong' else 4}",
         f"#define SHORT_RUN {SHORT_RUN}",
         f"#define PACKED {int(key == 'uint')}",
+        f"#define BIN_BITS {BIN_BITS}",
+        f"#define BINS {BINS}",
+        f"#define MAX_BUCKETS {MAX_BUCKETS}",
         f"KEY raw_key(const T v)\n{{{body}\n}}",
-        _COMMON,
-        {"tiles": _TILES, "runs": _RUNS, "merge": _MERGE}[spec.stage].replace("NAME", name).replace(
+        _COMMON.replace("VALUE_BODY", "\n    " + _VALUES[spec.dtype]),
+        {"tiles": _TILES, "runs": _RUNS, "merge": _MERGE, "histogram": _HISTOGRAM, "plan": _PLAN,
+         "scatter": _SCATTER, "buckets": _BUCKETS}[spec.stage].replace("NAME", name).replace(
             "PARAMETERS", sig.declare(parameters(spec))),
     ]
     return "\n".join(src), name

@@ -1,7 +1,9 @@
-"""The plan that sorts rows on the device: a first stage, then merge passes for long rows.
+"""The plan that sorts rows on the device (kernels in `codegen/sort.py`).
 
-The first stage sorts tiles in local memory on GPUs (a bitonic network), and on CPU
-devices a row, or a segment of one, per work-item (a radix sort); see `codegen/sort.py`.
+GPUs sort tiles in local memory (a bitonic network), then merge runs in passes for rows
+longer than a tile. CPU devices radix-sort a row per work-item, or, for fewer long rows
+than cores, sort each row by buckets: keys counted, cut into buckets of about equal
+counts, moved to their bucket, and each bucket radix-sorted into place.
 
 No fuser takes a SortOp, so it runs alone, in its place in the stream: the block before
 it is launched first and later ops read its outputs like any tensor. Every launch is
@@ -10,6 +12,7 @@ recorded (kind "sort"), so `inspect()` counts the passes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -37,13 +40,19 @@ TILE_ITEMS_OTHER = 1024
 MERGE_CHUNK = {"GPU": 8}
 MERGE_CHUNK_OTHER = 32
 MAX_ROW = 1 << 30  # positions and run bounds are 32-bit ints in the kernels
-# CPU devices: a row is cut into radix-sorted segments (powers of two, so that the merge
-# passes' runs double from them) only as far as it takes to give every core one (as many
-# segments as cores, rounded up to a power of two, fewer for many rows): a merge
-# pass costs more than the radix passes it saves (2^20 floats on 2 cores: 38 ms in
-# segments of 2^12, 31 of 2^14, 23 of 2^16, 15 of 2^18, 11 of 2^19, 13 in one segment).
-# Rows up to RUN_SPLIT_MIN are never cut.
+# CPU devices: rows up to RUN_SPLIT_MIN are each sorted whole by one work-item, and so
+# are longer ones when there are at least as many rows as cores. Fewer long rows are
+# sorted by buckets (codegen/sort.py): a bucket is radix-sorted by one work-item, up to
+# BUCKET_PAIRS pairs (128 KiB of packed 4-byte keys, twice that with the radix sort's
+# second copy: a core's L2 cache), at least four buckets per core, so that buckets of
+# unequal sizes still share the cores out evenly. The keys are counted and moved in
+# chunks, two per core, at most MAX_CHUNKS per row (one work-item sums the chunks'
+# histograms of 2^16 bins for the row).
+# Before the buckets, a long row was cut into radix-sorted segments, one per core, merged
+# in passes: 2^20 floats on 2 cores of a Zen 3 took 21.7 ms of kernel time against 15.
 RUN_SPLIT_MIN = 1 << 12
+BUCKET_PAIRS = 1 << 14
+MAX_CHUNKS = 16
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -63,11 +72,16 @@ def first_stage_for(kind: str) -> str:
     return "runs" if kind == "CPU" else "tiles"
 
 
-def run_segment(n: int, rows: int, compute_units: int) -> int:
-    """CPU devices: the length of the segments of a row that work-items radix-sort."""
-    if n <= RUN_SPLIT_MIN:
-        return _pow2_ceil(n)
-    return max(RUN_SPLIT_MIN, _pow2_ceil(_ceil_div(n, max(1, _ceil_div(compute_units, rows)))))
+def by_buckets(n: int, rows: int, compute_units: int) -> bool:
+    """CPU devices: whether rows of `n` are sorted by buckets (else each by a work-item)."""
+    return n > RUN_SPLIT_MIN and rows < compute_units
+
+
+def bucket_layout(n: int, rows: int, compute_units: int) -> tuple[int, int]:
+    """CPU devices: (the keys per chunk, the buckets per row) of a bucket sort."""
+    chunks = max(1, min(MAX_CHUNKS, _ceil_div(2 * compute_units, rows), _ceil_div(n, RUN_SPLIT_MIN)))
+    buckets = min(sg.MAX_BUCKETS, max(2, _ceil_div(4 * compute_units, rows), _ceil_div(n, BUCKET_PAIRS)))
+    return _ceil_div(n, chunks), buckets
 
 
 def check_rows(entry: Entry) -> None:
@@ -97,11 +111,13 @@ class SortPlan(LonePlan):
         if n > MAX_ROW:
             raise FusionError(f"rows of {n} elements are longer than the sort supports ({MAX_ROW})")
         values = op.name == "sort"
-        first_stage = first_stage_for(ctx.info.kind)
-        first_spec = sg.SortSpec("sort", first_stage, src.ir.dtype, values, not values)
-        merge_spec = first_spec._replace(stage="merge")
-        first = ctx.kernel_for(first_spec)  # both built before anything changes (NeedsCompile)
-        merge = ctx.kernel_for(merge_spec)
+        if first_stage_for(ctx.info.kind) == "runs":
+            by_rows = not (rows and by_buckets(n, rows, ctx.info.compute_units))
+            stages = ("runs",) if by_rows else ("histogram", "plan", "scatter", "buckets")
+        else:
+            stages = ("tiles", "merge")
+        specs = [sg.SortSpec("sort", stage, src.ir.dtype, values, not values) for stage in stages]
+        kernels = [ctx.kernel_for(spec) for spec in specs]  # all built before anything changes (NeedsCompile)
         for e in outs:
             ctx.allocate(e.storage)
         if rows == 0 or n == 0:
@@ -109,79 +125,114 @@ class SortPlan(LonePlan):
             return
         check_rows(src)
         result = outs[0].storage.buffer
-        out_values, out_indices = (result, None) if values else (None, result)
-        device = ctx.info.device
-        kbytes = sg.key_bytes(src.ir.dtype)
-        in_off = np.int64(src.offset)
-
-        if first_stage == "runs":
-            seg = run_segment(n, rows, ctx.info.compute_units)
-            per_row = _ceil_div(n, seg)
-            items = rows * per_row
-            # Several work-groups per core (a CPU driver runs one on one core at a time);
-            # a driver that packs work-items into lanes runs them alone (ctx.group_size).
-            local = 1 if ctx.info.packs_work_items else \
-                _pow2_floor(max(1, min(64, items // (4 * ctx.info.compute_units))))
-        else:
-            # The tile kernel: segments of a power of two no longer than a tile.
-            most = TILE_ITEMS.get(ctx.info.kind, TILE_ITEMS_OTHER)
-            most = min(most, first.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device),
-                       device.local_mem_size // (2 * (kbytes + 4)))
-            most = _pow2_floor(most)
-            seg = min(_pow2_ceil(n), 2 * most)
-            per_row = _ceil_div(n, seg)
-            # Few short rows need no big work-group: a tile of at least one segment is enough.
-            items = max(seg // 2, min(most, _pow2_ceil(rows * per_row * seg) // 2), 1)
-            n_tiles = _ceil_div(rows * per_row * seg, 2 * items)
-        final = per_row == 1
+        results = [result, None] if values else [None, result]
         pool = ctx.pool
-        # Scratch: the sorted runs and their positions (merge passes and runs ping-pong
-        # between two pairs); the radix sort's second copy is the second pair, in which
-        # 4-byte keys travel packed with their positions, 8 bytes each (codegen/sort.py).
-        size = rows * n
-        packed = first_stage == "runs" and kbytes == 4
-        sizes = []
-        if not final or first_stage == "runs":
-            # (packed rows that fit one segment go from the second pair to the results)
-            first_pair = (0, 0) if final and packed else (size * kbytes, size * 4)
-            sizes = [first_pair, (size * 8, size * 8) if packed else (size * kbytes, size * 4)]
-        scratch: list = []
-        held: list = []  # (buffer, nbytes) taken so far: an allocation failing frees them
-        try:
-            for k_bytes, i_bytes in sizes:
-                pair = tuple(pool.alloc(b) if b else None for b in (k_bytes, i_bytes))
-                held += [(buf, b) for buf, b in zip(pair, (k_bytes, i_bytes)) if buf is not None]
-                scratch.append(pair)
-            keys, idx = scratch[0] if scratch else (None, None)
-            scalars = [in_off, *map(np.int32, (rows, n, seg, op.descending, final))]
-            if first_stage == "runs":
-                args = sig.bind(sg.parameters(first_spec), input=[src.storage.buffer], scalar=scalars,
-                                out=[keys, idx, out_values, out_indices, *scratch[1]])
-                ctx.launch(first, _ceil_div(items, local) * local, local, args, "sort", [op.name], len(args))
-            else:
-                args = sig.bind(sg.parameters(first_spec), input=[src.storage.buffer], scalar=scalars,
-                                out=[keys, idx, out_values, out_indices],
-                                local=[cl.LocalMemory(2 * items * kbytes), cl.LocalMemory(2 * items * 4)])
-                ctx.launch(first, n_tiles * items, items, args, "sort", [op.name], len(args))
+        held: list = []  # scratch (buffer, nbytes) taken so far: an allocation failing frees them
 
-            # Merge passes: runs of `seg` pairs double until one covers the row.
-            most = _pow2_floor(min(ctx.local_size,
-                                   merge.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device)))
-            run, k = seg, 0
-            while run < n:
-                (k_in, i_in), (k_out, i_out) = scratch[k % 2], scratch[(k + 1) % 2]
-                last = 2 * run >= n
-                chunk = min(MERGE_CHUNK.get(ctx.info.kind, MERGE_CHUNK_OTHER), 2 * run)  # a power of two
-                per_row = _ceil_div(n, chunk)
-                local = min(most, _pow2_ceil(per_row))  # a short row's work-group is no wider than it
-                groups = rows * _ceil_div(per_row, local)
-                args = sig.bind(sg.parameters(merge_spec), input=[k_in, i_in, src.storage.buffer],
-                                scalar=[*map(np.int32, (rows, n, run, chunk, last)), in_off],
-                                out=[k_out, i_out, out_values, out_indices])
-                ctx.launch(merge, groups * local, local, args, "sort", [op.name], len(args))
-                run, k = 2 * run, k + 1
+        def scratch(nbytes: int) -> cl.Buffer | None:
+            if not nbytes:
+                return None
+            buf = pool.alloc(nbytes)
+            held.append((buf, nbytes))
+            return buf
+
+        try:
+            if stages[0] == "tiles":
+                self._tiles_and_merges(ctx, specs, kernels, src, rows, n, results, scratch)
+            else:
+                self._on_a_cpu(ctx, specs, kernels, src, rows, n, results, scratch)
         finally:  # also when a launch fails: the scratch goes back to the pool
             # The in-order queue runs the passes before any later use of these buffers.
             for buf, nbytes in held:
                 pool.free(buf, nbytes)
         ctx.mark_ready([e.storage for e in outs])
+
+    def _on_a_cpu(self, ctx: BlockContext, specs: list, kernels: list, src: Entry, rows: int, n: int,
+                  results: list, scratch: Callable) -> None:
+        """A work-item per row, or the bucket sort's four stages (see codegen/sort.py)."""
+        op = self.op
+        size = rows * n
+        # Two copies of the keys and their positions for the radix sort; 4-byte keys travel
+        # packed with their positions, 8 bytes each, in the keys' buffer of a copy.
+        kbytes = sg.key_bytes(src.ir.dtype)
+        copy = (size * 8, 0) if kbytes == 4 else (size * kbytes, size * 4)
+        keys_a, idx_a = (scratch(b) for b in copy)
+        keys_b, idx_b = (scratch(b) for b in copy)
+        copies = [keys_a, idx_a or keys_a, keys_b, idx_b or keys_b]  # (packed: no positions' buffer)
+        source = [np.int64(src.offset)]
+        rows_n = [np.int32(rows), np.int32(n)]
+        desc = np.int32(op.descending)
+        if len(specs) == 1:
+            launches = [(rows, dict(input=[src.storage.buffer], scalar=[*source, *rows_n, desc],
+                                    out=[*copies, *results]))]
+        else:
+            chunk, buckets = bucket_layout(n, rows, ctx.info.compute_units)
+            items = rows * _ceil_div(n, chunk)
+            hist, table = scratch(items * sg.BINS * 4), scratch(rows * sg.BINS)
+            offsets, bounds = scratch(items * buckets * 4), scratch(rows * (buckets + 1) * 4)
+            launches = [
+                (items, dict(input=[src.storage.buffer], scalar=[*source, *rows_n, np.int32(chunk), desc],
+                             out=[hist])),
+                (rows, dict(input=[hist], scalar=[*rows_n, np.int32(items // rows), np.int32(buckets)],
+                            out=[table, offsets, bounds])),
+                (items, dict(input=[src.storage.buffer, table, offsets],
+                             scalar=[*source, *rows_n, np.int32(chunk), desc, np.int32(buckets)],
+                             out=copies[:2])),
+                (rows * buckets, dict(input=[src.storage.buffer, bounds],
+                                      scalar=[*source, *rows_n, desc, np.int32(buckets)],
+                                      out=[*copies, *results])),
+            ]
+        for spec, kernel, (items, roles) in zip(specs, kernels, launches):
+            args = sig.bind(sg.parameters(spec), **roles)
+            # Each work-item loops long: several work-groups per core (a CPU driver runs
+            # one on one core at a time); a driver that packs work-items into lanes runs
+            # them alone (as ctx.group_size).
+            local = 1 if ctx.info.packs_work_items else \
+                _pow2_floor(max(1, min(64, items // (4 * ctx.info.compute_units))))
+            ctx.launch(kernel, _ceil_div(items, local) * local, local, args, "sort", [op.name], len(args))
+
+    def _tiles_and_merges(self, ctx: BlockContext, specs: list, kernels: list, src: Entry, rows: int, n: int,
+                          results: list, scratch: Callable) -> None:
+        """GPUs: the bitonic tiles, then merge passes until a run covers the row."""
+        op = self.op
+        (tiles_spec, merge_spec), (tiles, merge) = specs, kernels
+        device = ctx.info.device
+        kbytes = sg.key_bytes(src.ir.dtype)
+        in_off = np.int64(src.offset)
+        # The tile kernel: segments of a power of two no longer than a tile.
+        most = TILE_ITEMS.get(ctx.info.kind, TILE_ITEMS_OTHER)
+        most = min(most, tiles.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device),
+                   device.local_mem_size // (2 * (kbytes + 4)))
+        most = _pow2_floor(most)
+        seg = min(_pow2_ceil(n), 2 * most)
+        per_row = _ceil_div(n, seg)
+        # Few short rows need no big work-group: a tile of at least one segment is enough.
+        items = max(seg // 2, min(most, _pow2_ceil(rows * per_row * seg) // 2), 1)
+        n_tiles = _ceil_div(rows * per_row * seg, 2 * items)
+        final = per_row == 1
+        # Scratch: the sorted runs and their positions (merge passes ping-pong between two).
+        size = rows * n
+        pairs = [] if final else [tuple(scratch(b) for b in (size * kbytes, size * 4)) for _ in range(2)]
+        keys, idx = pairs[0] if pairs else (None, None)
+        scalars = [in_off, *map(np.int32, (rows, n, seg, op.descending, final))]
+        args = sig.bind(sg.parameters(tiles_spec), input=[src.storage.buffer], scalar=scalars,
+                        out=[keys, idx, *results],
+                        local=[cl.LocalMemory(2 * items * kbytes), cl.LocalMemory(2 * items * 4)])
+        ctx.launch(tiles, n_tiles * items, items, args, "sort", [op.name], len(args))
+
+        # Merge passes: runs of `seg` pairs double until one covers the row.
+        most = _pow2_floor(min(ctx.local_size,
+                               merge.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device)))
+        run, k = seg, 0
+        while run < n:
+            (k_in, i_in), (k_out, i_out) = pairs[k % 2], pairs[(k + 1) % 2]
+            last = 2 * run >= n
+            chunk = min(MERGE_CHUNK.get(ctx.info.kind, MERGE_CHUNK_OTHER), 2 * run)  # a power of two
+            per_row = _ceil_div(n, chunk)
+            local = min(most, _pow2_ceil(per_row))  # a short row's work-group is no wider than it
+            groups = rows * _ceil_div(per_row, local)
+            args = sig.bind(sg.parameters(merge_spec), input=[k_in, i_in, src.storage.buffer],
+                            scalar=[*map(np.int32, (rows, n, run, chunk, last)), in_off],
+                            out=[k_out, i_out, *results])
+            ctx.launch(merge, groups * local, local, args, "sort", [op.name], len(args))
+            run, k = 2 * run, k + 1
