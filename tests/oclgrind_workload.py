@@ -6,6 +6,7 @@ exits non-zero on a value mismatch. Oclgrind itself reports memory errors on std
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import numpy as np
@@ -80,6 +81,22 @@ def main() -> None:
             check(f"staged blur {shape}", _blur(tp ** 2.2), _blur(p ** np.float32(2.2)))
     planes = rng.uniform(0.5, 2, (3, 9, 40)).astype(np.float32)
     check("staged planes", _blur_1d(clients.asarray(planes) ** 2.2), _blur_1d(planes ** np.float32(2.2)))
+    # Sorts: the device's own stages (tiles and merge passes), then those of a CPU of four
+    # cores: a row per work-item, and two long rows by buckets (with empty buckets).
+    keys = rng.integers(-50, 50, (2, 4500)).astype(np.float32)
+    keys[:, ::7] = -0.0
+    ctx = clients.client_for().server.ctx
+    own = ctx.info
+    for label, info in (("own", own), ("cpu", dataclasses.replace(own, kind="CPU", compute_units=4))):
+        ctx.info = info
+        try:
+            for shape in ((3, 70), (2, 4500)):
+                a = keys[: shape[0], : shape[1]]
+                check(f"sort {label} {shape}", clients.sort(clients.asarray(a)), np.sort(a, axis=-1))
+                check(f"argsort {label} {shape}", clients.argsort(clients.asarray(a), descending=True),
+                      np.argsort(-a, axis=-1, kind="stable"))
+        finally:
+            ctx.info = own
 
 
 def _blur(g):
