@@ -23,7 +23,8 @@ from fusion_server.fusers.sort import (
 from tests.conftest import exploding_kernel, settle
 
 FP64 = clients.client_for().fp64
-DTYPES = [np.bool_, np.int32, np.int64, np.float32] + ([np.float64] if FP64 else [])
+DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.float32] + (
+    [np.float64] if FP64 else [])
 # Row lengths: empty, one, odd, a power of two, and longer than a tile (merge passes).
 SHAPES = [(0,), (1,), (7,), (64,), (3, 1000), (2, 3000), (1, 20000), (5, 0), (0, 4), (4, 1), (2, 3, 33)]
 
