@@ -138,7 +138,7 @@ def parameters(spec: SortSpec) -> tuple[sig.Param, ...]:
         return (*source, *(sig.scalar(i32, n) for n in ("rows", "n", "chunk", "desc")),
                 sig.raw("out", "__global uint *hist"))
     if stage == "plan":
-        return (sig.raw("input", "__global const uint *hist"),
+        return (sig.raw("out", "__global uint *hist"),
                 *(sig.scalar(i32, n) for n in ("rows", "n", "chunks", "buckets")),
                 sig.raw("out", "__global uchar *table"), sig.raw("out", "__global uint *offsets"),
                 sig.raw("out", "__global uint *bounds"))
@@ -428,7 +428,7 @@ __kernel void NAME(PARAMETERS)
     if (g >= (long)rows * ((n + chunk - 1) / chunk)) return;
     int start, end;
     const long row = chunk_of(g, n, chunk, &start, &end);
-    __global uint *h = hist + g * BINS;
+    __global uint *h = hist + (g + row) * BINS;  /* (a row's chunks, then its totals) */
     for (int v = 0; v < BINS; ++v) h[v] = 0;
     __global const T *src = in + in_off + row * n;
     for (int i = start; i < end; ++i) h[BIN(key_of(src[i], desc))]++;
@@ -440,7 +440,11 @@ __kernel void NAME(PARAMETERS)
 {
     const long row = get_global_id(0);
     if (row >= rows) return;
-    __global const uint *h = hist + row * chunks * BINS;
+    __global uint *h = hist + row * (chunks + 1) * BINS;  /* the chunks' counts, then the row's */
+    __global uint *total = h + chunks * BINS;
+    for (int v = 0; v < BINS; ++v) total[v] = h[v];
+    for (int k = 1; k < chunks; ++k)  /* (a chunk at a time: the counts are read in order) */
+        for (int v = 0; v < BINS; ++v) total[v] += h[k * BINS + v];
     __global uchar *tab = table + row * BINS;
     uint size[MAX_BUCKETS];
     for (int b = 0; b < buckets; ++b) size[b] = 0;
@@ -449,8 +453,7 @@ __kernel void NAME(PARAMETERS)
     int b = 0;
     ulong seen = 0;
     for (int v = 0; v < BINS; ++v) {
-        uint c = 0;
-        for (int k = 0; k < chunks; ++k) c += h[k * BINS + v];
+        const uint c = total[v];
         tab[v] = (uchar)b;
         size[b] += c;
         seen += c;

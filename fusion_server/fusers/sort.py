@@ -168,13 +168,13 @@ class SortPlan(LonePlan):
         else:
             chunk, buckets = bucket_layout(n, rows, ctx.info.compute_units)
             items = rows * _ceil_div(n, chunk)
-            hist, table = scratch(items * sg.BINS * 4), scratch(rows * sg.BINS)
+            hist, table = scratch((items + rows) * sg.BINS * 4), scratch(rows * sg.BINS)
             offsets, bounds = scratch(items * buckets * 4), scratch(rows * (buckets + 1) * 4)
             launches = [
                 (items, dict(input=[src.storage.buffer], scalar=[*source, *rows_n, np.int32(chunk), desc],
                              out=[hist])),
-                (rows, dict(input=[hist], scalar=[*rows_n, np.int32(items // rows), np.int32(buckets)],
-                            out=[table, offsets, bounds])),
+                (rows, dict(scalar=[*rows_n, np.int32(items // rows), np.int32(buckets)],
+                            out=[hist, table, offsets, bounds])),
                 (items, dict(input=[src.storage.buffer, table, offsets],
                              scalar=[*source, *rows_n, np.int32(chunk), desc, np.int32(buckets)],
                              out=copies[:2])),
