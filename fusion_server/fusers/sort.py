@@ -46,8 +46,7 @@ MAX_ROW = 1 << 30  # positions and run bounds are 32-bit ints in the kernels
 # BUCKET_PAIRS pairs (128 KiB of packed 4-byte keys, twice that with the radix sort's
 # second copy: a core's L2 cache), at least four buckets per core, so that buckets of
 # unequal sizes still share the cores out evenly. The keys are counted and moved in
-# chunks, two per core, at most MAX_CHUNKS per row (one work-item sums the chunks'
-# histograms of 2^16 bins for the row).
+# chunks, two per core, at most MAX_CHUNKS per row.
 # Before the buckets, a long row was cut into radix-sorted segments, one per core, merged
 # in passes: 2^20 floats on 2 cores of a Zen 3 took 21.7 ms of kernel time against 15.
 RUN_SPLIT_MIN = 1 << 12
@@ -168,13 +167,13 @@ class SortPlan(LonePlan):
         else:
             chunk, buckets = bucket_layout(n, rows, ctx.info.compute_units)
             items = rows * _ceil_div(n, chunk)
-            hist, table = scratch((items + rows) * sg.BINS * 4), scratch(rows * sg.BINS)
+            hist, table = scratch(items * sg.BINS * 4), scratch(rows * sg.BINS)
             offsets, bounds = scratch(items * buckets * 4), scratch(rows * (buckets + 1) * 4)
             launches = [
                 (items, dict(input=[src.storage.buffer], scalar=[*source, *rows_n, np.int32(chunk), desc],
                              out=[hist])),
-                (rows, dict(scalar=[*rows_n, np.int32(items // rows), np.int32(buckets)],
-                            out=[hist, table, offsets, bounds])),
+                (rows, dict(input=[hist], scalar=[*rows_n, np.int32(items // rows), np.int32(buckets)],
+                            out=[table, offsets, bounds])),
                 (items, dict(input=[src.storage.buffer, table, offsets],
                              scalar=[*source, *rows_n, np.int32(chunk), desc, np.int32(buckets)],
                              out=copies[:2])),
