@@ -413,10 +413,12 @@ __kernel void NAME(PARAMETERS)
 _BINS = """
 #define BIN(k) ((uint)((k) >> (8 * sizeof(KEY) - BIN_BITS)))
 
-/* This work-item's chunk of a row: gives its row, and its first and end columns. */
-long chunk_of(const long g, const int n, const int chunk, int *start, int *end)
+/* Work-item g's chunk of a row: gives its row (-1: g is past the last chunk), and sets
+   its first and end columns. */
+long chunk_of(const long g, const int rows, const int n, const int chunk, int *start, int *end)
 {
     const int chunks = (n + chunk - 1) / chunk;
+    if (g >= (long)rows * chunks) return -1;
     *start = (int)(g % chunks) * chunk;
     *end = min(n, *start + chunk);
     return g / chunks;
@@ -427,9 +429,9 @@ _HISTOGRAM = _BINS + """
 __kernel void NAME(PARAMETERS)
 {
     const long g = get_global_id(0);
-    if (g >= (long)rows * ((n + chunk - 1) / chunk)) return;
     int start, end;
-    const long row = chunk_of(g, n, chunk, &start, &end);
+    const long row = chunk_of(g, rows, n, chunk, &start, &end);
+    if (row < 0) return;
     __global uint *h = hist + g * BINS;
     for (int v = 0; v < BINS; ++v) h[v] = 0;
     __global const T *src = in + in_off + row * n;
@@ -496,9 +498,9 @@ _SCATTER = _BINS + """
 __kernel void NAME(PARAMETERS)
 {
     const long g = get_global_id(0);
-    if (g >= (long)rows * ((n + chunk - 1) / chunk)) return;
     int start, end;
-    const long row = chunk_of(g, n, chunk, &start, &end);
+    const long row = chunk_of(g, rows, n, chunk, &start, &end);
+    if (row < 0) return;
     __global const uchar *tab = table + row * BINS;
     __global const uint *off = offsets + g * buckets;
     uint at[MAX_BUCKETS];
