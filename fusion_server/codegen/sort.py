@@ -28,7 +28,8 @@ position, so the order is total: any sorting network gives the stable result.
   It replaced radix-sorted segments (one per core) and merge passes, whose last pass
   runs on one core: one row of 2^20 floats took 16 ms of kernel time that way on two
   cores of a Zen 3, 12.5 by buckets (PoCL 3.0); 7 and 2.2 to 3 on 16 Xeon cores.
-- Sorted values are written from their keys (`value_of`), not read back from the row:
+- Sorted values are written from their keys (`value_of`, every stage that writes the
+  results), not read back from the row:
   only keys that stand for several values (zeros, NaNs) are (2^20 floats: 12.4 ms of the
   bucket stage reading every value back, 8.1 from the keys).
 - `merge` (GPUs, after the tiles): neighbouring sorted runs merged into one, each work-item writing a chunk of
@@ -127,7 +128,8 @@ def parameters(spec: SortSpec) -> tuple[sig.Param, ...]:
     the buckets); two copies of the keys and indices (for 4-byte keys, each copy's keys
     hold packed 8-byte words); the result. Histogram, plan and scatter: their counts,
     table and offsets (see the kernels). Merge: the keys and indices in, rows, n, the run,
-    the chunk, final; the keys and indices out; the input and its offset; the result."""
+    the chunk, final, descending; the keys and indices out; the input and its offset; the
+    result."""
     i32, i64 = np.dtype(np.int32), np.dtype(np.int64)
     result = (sig.raw("out", "__global T *values"), sig.raw("out", "__global long *indices"))
     source = (sig.raw("input", "__global const T *in"), sig.scalar(i64, "in_off"))
@@ -156,7 +158,7 @@ def parameters(spec: SortSpec) -> tuple[sig.Param, ...]:
                 sig.raw("out", "__global KEY *keys_out"), sig.raw("out", "__global uint *idx_out"), *result,
                 sig.raw("local", "__local KEY *lk"), sig.raw("local", "__local uint *li"))
     return (sig.raw("input", "__global const KEY *keys"), sig.raw("input", "__global const uint *idx"),
-            *(sig.scalar(i32, n) for n in ("rows", "n", "run", "chunk", "final")),
+            *(sig.scalar(i32, n) for n in ("rows", "n", "run", "chunk", "final", "desc")),
             sig.raw("out", "__global KEY *keys_out"), sig.raw("out", "__global uint *idx_out"),
             *source, *result)
 
@@ -190,23 +192,12 @@ T value_of(KEY k, const int desc, __global const T *row_in, const uint ix)
     return value_from_key(k);
 }
 
-/* write_result for stages that know the key: the value is made from it. */
+/* One result: the value of key k (at position ix of the row `row_in`), or its position. */
 void write_keyed(__global const T *row_in, const long at, const KEY k, const int desc, const uint ix,
                  __global T *values, __global long *indices)
 {
 #if WRITE_VALUES
     values[at] = value_of(k, desc, row_in, ix);
-#endif
-#if WRITE_INDICES
-    indices[at] = (long)ix;
-#endif
-}
-
-void write_result(__global const T *in, const long row_at, const long at, const uint ix,
-                  __global T *values, __global long *indices)
-{
-#if WRITE_VALUES
-    values[at] = in[row_at + ix];
 #endif
 #if WRITE_INDICES
     indices[at] = (long)ix;
@@ -589,7 +580,7 @@ __kernel void NAME(PARAMETERS)
         const KEY k = take_a ? ka : kb;
         const uint ix = take_a ? ia : ib;
         if (final)
-            write_result(in, in_off + base, base + at, ix, values, indices);
+            write_keyed(in + in_off + base, base + at, k, desc, ix, values, indices);
         else {
             keys_out[base + at] = k;
             idx_out[base + at] = ix;

@@ -233,7 +233,7 @@ class SortPlan(LonePlan):
             local = min(most, _pow2_ceil(per_row))  # a short row's work-group is no wider than it
             groups = rows * _ceil_div(per_row, local)
             args = sig.bind(sg.parameters(merge_spec), input=[k_in, i_in, src.storage.buffer],
-                            scalar=[*map(np.int32, (rows, n, run, chunk, last)), in_off],
+                            scalar=[*map(np.int32, (rows, n, run, chunk, last, op.descending)), in_off],
                             out=[k_out, i_out, *results])
             ctx.launch(merge, groups * local, local, args, "sort", [op.name], len(args))
             run, k = 2 * run, k + 1
