@@ -154,9 +154,10 @@ class SortPlan(LonePlan):
         op = self.op
         size = rows * n
         # Two copies of the keys and their positions for the radix sort; 4-byte keys travel
-        # packed with their positions, 8 bytes each, in the keys' buffer of a copy.
+        # packed with their positions, 8 bytes each, in the keys' buffer of a copy. (Rows
+        # short enough for the insertion sort need none.)
         kbytes = sg.key_bytes(src.ir.dtype)
-        copy = (size * 8, 0) if kbytes == 4 else (size * kbytes, size * 4)
+        copy = (0, 0) if n <= sg.SHORT_RUN else (size * 8, 0) if kbytes == 4 else (size * kbytes, size * 4)
         keys_a, idx_a = (scratch(b) for b in copy)
         keys_b, idx_b = (scratch(b) for b in copy)
         copies = [keys_a, idx_a or keys_a, keys_b, idx_b or keys_b]  # (packed: no positions' buffer)
