@@ -17,24 +17,25 @@ position, so the order is total: any sorting network gives the stable result.
   floats took 127 ms that way, 3.6x numpy's time, and a sort per work-item needs no
   barrier at all.
 - `histogram`, `plan`, `scatter`, `buckets` (CPU devices, in place of `runs` for fewer
-  long rows than cores): a sample sort whose sample is every key.
-  Work-items count the top 16 bits of the keys of their chunk of a row (`histogram`,
-  made cumulative); one work-item per row cuts the 2^16 bins into buckets of about equal
-  counts, by binary searches of the counts, and works out where each chunk's keys of
-  each bucket go (`plan`: summing every chunk's 2^16 bins instead took 3.7 ms of a
-  6 ms sort on 16 cores); the chunks move their pairs
-  there (`scatter`, stable); then each bucket, a range of keys small enough to stay in
-  the core's cache, is radix-sorted by one work-item into its final place (`buckets`).
-  It replaced radix-sorted segments (one per core) and merge passes, whose last pass
-  runs on one core: one row of 2^20 floats took 16 ms of kernel time that way on two
-  cores of a Zen 3, 12.5 by buckets (PoCL 3.0); 7 and 2.2 to 3 on 16 Xeon cores.
-- Sorted values are written from their keys (`value_of`, every stage that writes the
-  results), not read back from the row:
-  only keys that stand for several values (zeros, NaNs) are (2^20 floats: 12.4 ms of the
-  bucket stage reading every value back, 8.1 from the keys).
-- `merge` (GPUs, after the tiles): neighbouring sorted runs merged into one, each work-item writing a chunk of
-  the merged run: a binary search on the merge path finds where its chunk starts in
-  both runs, then it merges sequentially. The last pass writes the results.
+  long rows than cores): a sample sort whose sample is every key. Work-items count the
+  top 16 bits of the keys of their chunk of a row (`histogram`, made cumulative); one
+  work-item per row cuts the 2^16 bins into buckets of about equal counts, by binary
+  searches of the counts, and works out where each chunk's keys of each bucket go
+  (`plan`: summing every chunk's 2^16 bins instead took 3.7 ms of a 6 ms sort on 16
+  cores); the chunks move their pairs there (`scatter`, stable); then each bucket, a
+  range of keys small enough to stay in the core's cache, is radix-sorted by one
+  work-item into its final place (`buckets`). It replaced radix-sorted segments (one per
+  core) and merge passes, whose last pass runs on one core: one row of 2^20 floats took
+  16 ms of kernel time that way on two cores of a Zen 3, 12.5 by buckets (PoCL 3.0); 7
+  and 2.2 to 3 on 16 Xeon cores.
+- Sorted values are written from their keys (`value_of`, in every stage that writes the
+  results), not read back from the row; only keys that stand for several values (zeros,
+  NaNs) are (2^20 floats: 12.4 ms of the bucket stage reading every value back, 8.1 from
+  the keys).
+- `merge` (GPUs, after the tiles): neighbouring sorted runs merged into one, each
+  work-item writing a chunk of the merged run: a binary search on the merge path finds
+  where its chunk starts in both runs, then it merges sequentially. The last pass writes
+  the results.
 """
 
 from __future__ import annotations
