@@ -4,7 +4,9 @@
     1024-element float32 tensor. "record only" times chains short enough to fit one
     block (no launch happens while recording); "with launches" times a long chain whose
     blocks close and launch as it grows, up to a final `flush()` (no wait). The result is
-    read once after each sample, outside the clock.
+    read once after each sample, outside the clock. The figures are the calling thread's
+    CPU time (on a CPU device the kernels run on the same cores, and wall time counts
+    them too); the wall times are given beside them.
 (b) End to end on small arrays: the 16-op chain of the element-wise benchmark on 1024
     float32 elements, build + `.numpy()`, against pyopencl.array (16 ops + `.get()`) and
     numpy. Small tensors are latency-bound: fusion saves launches and round trips.
@@ -49,21 +51,22 @@ def _reference(x: np.ndarray, steps: int) -> np.ndarray:
     return y
 
 
-def _record(x: clients.Tensor, steps: int, flush: bool) -> tuple[float, int, clients.Tensor]:
-    """Seconds to record `steps` steps (and flush, if asked); kernels launched meanwhile."""
+def _record(x: clients.Tensor, steps: int, flush: bool) -> tuple[float, float, int, clients.Tensor]:
+    """(thread CPU seconds, wall seconds) to record `steps` steps (and flush, if asked);
+    kernels launched meanwhile."""
     launched = clients.stats()["kernels_launched"]
     gc.disable()  # a collection inside the loop would be charged to a few ops
     try:
-        start = time.perf_counter()
+        cpu, wall = time.thread_time(), time.perf_counter()
         y = x
         for _ in range(steps):
             y = _step(y)
         if flush:
             clients.flush()
-        elapsed = time.perf_counter() - start
+        cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
     finally:
         gc.enable()
-    return elapsed, clients.stats()["kernels_launched"] - launched, y
+    return cpu, wall, clients.stats()["kernels_launched"] - launched, y
 
 
 def recording(samples: int, launch_samples: int) -> dict:
@@ -78,14 +81,15 @@ def recording(samples: int, launch_samples: int) -> dict:
         ("record_only", steps, False, samples),
         ("with_launches", LONG_CHAIN_OPS // 2, True, launch_samples),
     ):
-        per_op, launches = [], []
+        per_op, wall_per_op, launches = [], [], []
         for i in range(count + 1):  # the first sample warms up (compiles) and is dropped
-            elapsed, launched, y = _record(x, n_steps, flush)
+            cpu, wall, launched, y = _record(x, n_steps, flush)
             got = y.numpy()  # outside the clock: runs the chain and reads it
             if i == 0:
                 check(f"host cost, {label}", got, _reference(host, n_steps))
                 continue
-            per_op.append(elapsed / (2 * n_steps))
+            per_op.append(cpu / (2 * n_steps))
+            wall_per_op.append(wall / (2 * n_steps))
             launches.append(launched)
         if label == "record_only":
             assert max(launches) == 0, f"{max(launches)} kernels launched while recording {2 * steps} ops"
@@ -93,6 +97,7 @@ def recording(samples: int, launch_samples: int) -> dict:
             "ops_per_sample": 2 * n_steps,
             "median_us_per_op": common.us(statistics.median(per_op)),
             "min_us_per_op": common.us(min(per_op)),
+            "median_wall_us_per_op": common.us(statistics.median(wall_per_op)),
             "samples": len(per_op),
             "kernels_launched_per_sample": statistics.median(launches),
         }
@@ -146,8 +151,10 @@ def summary_rows(result: dict) -> list[list[Any]]:
     rec, small = result["recording"], result["small_chain"]
     v = small["variants"]
     return [
-        ["host cost per op, record only", rec["record_only"]["median_us_per_op"], "us"],
-        ["host cost per op, with launches", rec["with_launches"]["median_us_per_op"], "us"],
+        ["host CPU per op, record only", rec["record_only"]["median_us_per_op"], "us"],
+        ["host CPU per op, with launches", rec["with_launches"]["median_us_per_op"], "us"],
+        ["wall per op, record only", rec["record_only"]["median_wall_us_per_op"], "us"],
+        ["wall per op, with launches", rec["with_launches"]["median_wall_us_per_op"], "us"],
         [f"{small['ops']}-op chain x{small['elements']}, fused", common.us(v["fused"]["median_s"]), "us"],
         [f"{small['ops']}-op chain x{small['elements']}, pyopencl.array",
          common.us(v["pyopencl.array"]["median_s"]), "us"],
