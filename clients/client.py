@@ -216,6 +216,10 @@ class FusionClient:
         thread, registered first; an op the server refuses fails its own outputs."""
         server = self.server
         while queue:
+            if before is None:
+                server.register_run(stream_id, queue)  # the common ops, in a run
+                if not queue:
+                    return
             seq, op, _ = queue[0]
             if before is not None and seq >= before:
                 return

@@ -140,19 +140,21 @@ class BlockSigner:
     def sign(self, op: OperationIr) -> tuple | None:
         """The op's signature; None for an op the store does not follow (a custom kernel)."""
         kind = type(op)
-        if kind is ElementwiseOp:
+        if kind is ElementwiseOp:  # (the hot path: the named tuples unpacked at once)
+            name, inputs, compute, (oid, oshape, odtype), expr, params = op
             refs = self.refs
             args = []
-            for operand in op.inputs:
+            for operand in inputs:
                 if type(operand) is int:
                     ref = refs.get(operand)
                     args.append(self._ref(operand) if ref is None else ref)
                 else:
                     args.append(operand.dtype)
-            out = op.out
-            shape = self.shapes.get(out.shape) or self.shape(out.shape)
-            sig = (op.name, op.compute, out.dtype, shape, tuple(args), op.expr, op.params)
-        elif kind is ReduceOp:
+            shape = self.shapes.get(oshape) or self.shape(oshape)
+            refs[oid] = count = self.count
+            self.count = count + 1
+            return (name, compute, odtype, shape, tuple(args), expr, params)
+        if kind is ReduceOp:
             out = op.out
             sig = ("reduce", op.name, self._ref(op.input), op.axes, op.acc, out.dtype, self.shape(out.shape))
         elif kind is MatmulOp:

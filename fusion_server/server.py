@@ -294,18 +294,13 @@ class FusionServer:
 
     # -- registering work -----------------------------------------------------------
     def register(self, stream_id: int, op: OperationIr) -> None:
-        """Queue `op` on a stream; blocks run as the fusers close them."""
+        """Queue `op` on a stream; blocks run as the fusers close them. (A thread's
+        recorded element-wise ops usually come through `register_run`, this path's
+        common case with its lookups hoisted out of the loop.)"""
         handles = self.handles
         entries = handles.entries
-        if type(op) is ElementwiseOp:  # the hot path, spelled out: a few operands, one output
-            outs = (op.out,)
-            reads = []
-            for t in op.inputs:
-                if type(t) is int:
-                    reads.append(entries.get(t) or handles.get(t))
-        else:
-            outs = outputs_of(op)
-            reads = [entries.get(t) or handles.get(t) for t in tensor_inputs(op)]
+        outs = outputs_of(op)
+        reads = [entries.get(t) or handles.get(t) for t in tensor_inputs(op)]
         if outs[0].id in entries or outs[-1].id <= self.registered_upto.get(stream_id, -1):
             # Already queued (or run ahead, or run and forgotten): a compile or an interrupt
             # stopped the caller after that; carry on.
@@ -330,14 +325,15 @@ class FusionServer:
                 self.flush_stream(st.stream, f"stream {stream_id} reads tensor {entry.ir.id}")
         for entry in reads:
             entry.readers += 1
-        # From here on the op counts as registered (ids grow in each thread's order).
-        self.registered_upto[stream_id] = outs[-1].id
-        self.counters["ops_registered"] += 1
+        # Once its first output has an entry, the op counts as registered (an interrupt
+        # before that leaves nothing the reader counts, recounted, do not undo).
         for out in outs:  # a pending entry per output: the value a queued op will write
             nbytes = out.dtype.itemsize
             for d in out.shape:
                 nbytes *= d
             entries[out.id] = pending_entry(out, nbytes, stream_id)
+        self.registered_upto[stream_id] = outs[-1].id  # (ids grow in each thread's order)
+        self.counters["ops_registered"] += 1
         if self.early_drops:
             self._dropped_early(outs)
         stream = self.streams.get(stream_id) or self.stream(stream_id)
@@ -349,6 +345,54 @@ class FusionServer:
             self._run_ahead(op)
             return
         stream.register(op, self.ctx)
+
+    def register_run(self, stream_id: int, queue: deque) -> None:
+        """Register the element-wise ops at the head of `queue` (a thread's recorded ops, as
+        the client keeps them: (sequence number, op, handles)) that take the common path,
+        popping each once it is registered; stop, changing nothing, at the first that
+        needs more (`register` takes it): another op type, an input another thread's
+        queue writes or that is unknown, an op seen before. The same steps as `register`,
+        with what they look up looked up once per run instead of once per op."""
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            return
+        entries = self.handles.entries
+        upto_of = self.registered_upto
+        upto = upto_of.get(stream_id, -1)
+        counters = self.counters
+        early = self.early_drops
+        register = stream.register
+        ctx = self.ctx
+        # A storage names a stream only while pending: None or this one is no other
+        # thread's value to wait for (another, or a stale name, goes the slow way).
+        own = (None, stream_id)
+        while queue:
+            op = queue[0][1]
+            if type(op) is not ElementwiseOp:
+                return
+            out = op.out
+            oid = out.id
+            if oid <= upto or oid in entries:
+                return
+            reads = []
+            for t in op.inputs:
+                if type(t) is int:
+                    e = entries.get(t)
+                    if e is None or e.storage.stream not in own:
+                        return
+                    reads.append(e)
+            for e in reads:
+                e.readers += 1
+            nbytes = out.dtype.itemsize
+            for d in out.shape:
+                nbytes *= d
+            entries[oid] = pending_entry(out, nbytes, stream_id)
+            upto_of[stream_id] = upto = oid
+            counters["ops_registered"] += 1
+            if early:
+                self._dropped_early((out,))
+            register(op, ctx)
+            queue.popleft()
 
     def _run_ahead(self, op: ReduceOp) -> None:
         self.running_ahead[op.out.id] = op  # (a build it needs makes the client register it again)

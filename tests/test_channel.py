@@ -16,6 +16,7 @@ import pytest
 
 import clients
 import clients.client as cc
+import fusion_server.server as server_module
 from fusion_server.ir import ElementwiseOp, TensorIr
 from tests.conftest import rand, run_threads, settle
 
@@ -213,20 +214,19 @@ def test_an_interrupt_while_registering_the_inbox_resumes_it(client, monkeypatch
     x = clients.asarray(a)
     y = clients.exp(x) * 2.0
     z = y + 1.0
-    server = client.server
-    real = type(server).register
+    real = server_module.pending_entry
     calls = {"n": 0}
 
-    def interrupted(self, stream_id, op):
+    def interrupted(ir, nbytes, stream_id):  # (after the op's reads are counted)
         calls["n"] += 1
         if calls["n"] == 2:
             raise KeyboardInterrupt
-        return real(self, stream_id, op)
+        return real(ir, nbytes, stream_id)
 
-    monkeypatch.setattr(type(server), "register", interrupted)
+    monkeypatch.setattr(server_module, "pending_entry", interrupted)
     with pytest.raises(KeyboardInterrupt):
         clients.flush()
-    monkeypatch.setattr(type(server), "register", real)
+    monkeypatch.setattr(server_module, "pending_entry", real)
     assert not client.holds_lock()
     # The op the interrupt hit and the ones after it are registered by the next locked section.
     np.testing.assert_allclose(z.numpy(), np.exp(a) * 2 + 1, rtol=1e-5)

@@ -132,19 +132,20 @@ def test_many_threads_compute_correct_values():
 
 
 def test_reentry_from_under_the_lock_raises(client):
-    original = client.server.register
+    original = client.server.register, client.server.register_run
 
-    def register_calling_back(stream_id, op):
+    def register_calling_back(stream_id, op_or_queue):
         clients.asarray([1.0])  # a fuser or launch function calling the client
 
-    client.server.register = register_calling_back
+    client.server.register = client.server.register_run = register_calling_back
     try:
         with pytest.raises(clients.ReentrancyError, match="under its own lock"):
             _kept = clients.asarray([1.0, 2.0]) + 1.0
             clients.flush()  # (the inbox channel registers here, the lock channel at the op)
     finally:
-        del client.server.register  # (the class's method again: not a copy of it shadowing later patches)
-    assert client.server.register == original
+        # (the class's methods again: not copies of them shadowing later patches)
+        del client.server.register, client.server.register_run
+    assert (client.server.register, client.server.register_run) == original
     # The server stays usable.
     np.testing.assert_allclose((clients.asarray([1.0, 2.0]) * 2.0).numpy(), [2.0, 4.0])
 

@@ -98,21 +98,24 @@ def test_garbage_collected_inside_a_locked_section(client, baseline):
         _Cycle(clients.asarray(rand(64, seed=i)) + 1.0)
     collected = []
     inside = []
-    original = client.server.register
 
-    def register_with_gc(stream_id, op):
-        # The collector runs while this thread holds the server lock: the __del__ of the
-        # cycles' tensors must not try to take it.
-        inside.append(client.holds_lock())
-        collected.append(gc.collect())
-        return original(stream_id, op)
+    def with_gc(original):
+        def registering(stream_id, op_or_queue):
+            # The collector runs while this thread holds the server lock: the __del__ of
+            # the cycles' tensors must not try to take it.
+            inside.append(client.holds_lock())
+            collected.append(gc.collect())
+            return original(stream_id, op_or_queue)
+        return registering
 
-    client.server.register = register_with_gc
+    # (the last cycle's op is registered by the next locked section: asarray's upload)
+    client.server.register = with_gc(client.server.register)
+    client.server.register_run = with_gc(client.server.register_run)
     try:
         y = clients.asarray(rand(64)) * 2.0
     finally:
-        del client.server.register
-    assert inside == [True] and collected[0] > 0
+        del client.server.register, client.server.register_run
+    assert inside and all(inside) and collected[0] > 0
     np.testing.assert_allclose(y.numpy(), rand(64) * 2, rtol=1e-6)
     del y
     settle()

@@ -8,6 +8,7 @@ are written; the rest stay in registers, and ops nobody needs are not computed.
 
 from __future__ import annotations
 
+import collections
 import logging
 
 from .. import dtypes as dt
@@ -390,7 +391,7 @@ class ElementwisePlan:
             if None in in_buffers:  # a bug, never a crash on the device: fail the block instead
                 raise RuntimeError("an input of the block has no buffer")
             try:
-                donors = _donors(ctx, ops, in_entries, classes, recipe.in_slots)
+                donors = _donors(ctx, in_entries, classes, recipe.in_slots, recipe.input_reads)
                 out_buffers = [_take_donor(ctx, donors, e) or ctx.allocate(e.storage) for e in out_entries]
             except Exception as exc:
                 ctx.fail([e.storage for e in out_entries], exc)
@@ -428,7 +429,7 @@ class _Recipe:
     sizes and scalar values: the ops that run, the trace, the operand slots of inputs and
     scalars, the values written, and the kernels built for it per layout."""
 
-    __slots__ = ("needed", "live_ops", "names", "trace", "in_slots", "scalar_slots", "scalar_dtypes",
+    __slots__ = ("needed", "live_ops", "names", "trace", "in_slots", "input_reads", "scalar_slots", "scalar_dtypes",
                  "outputs", "scalar_code", "dtypes", "flat_index", "kernels", "big", "singles", "single_outputs",
                  "split", "why_split", "recomputed", "layouts", "part_caches", "staging",
                  "why_unstaged")
@@ -473,6 +474,9 @@ class _Recipe:
         self.needed = sorted(needed)
         self.live_ops = [op for j, op in enumerate(ops) if live[j]]
         trace, self.in_slots, self.scalar_slots, scalar_dtypes, vmap = relative_slots(ops, live, (), aliases, cones)
+        # How many operands of the block, live ops or not, read each input (see _donors).
+        reads = collections.Counter(t for op in ops for t in op.inputs if type(t) is int)
+        self.input_reads = [reads[ops[slot[0]].inputs[slot[1]]] for slot in self.in_slots]
         self.names = [t.name for t in trace]  # (recomputed ops included)
         self.trace = tuple(trace)
         self.scalar_dtypes = tuple(scalar_dtypes)
@@ -645,19 +649,19 @@ def run_around_failures(ctx: BlockContext, ops: list) -> None:
             ctx.single_plan(op).execute(ctx)
 
 
-def _donors(ctx: BlockContext, ops: list[ElementwiseOp], in_entries: list[Entry], classes: list[str],
-            in_slots: list) -> list[Entry]:
+def _donors(ctx: BlockContext, in_entries: list[Entry], classes: list[str], in_slots: list,
+            input_reads: list[int]) -> list[Entry]:
     """Inputs whose buffer dies with this block and is read at each element's own index
     only (not also by a recomputed cone, at other coordinates): an output may take the
-    buffer over instead of allocating (in-place reuse)."""
+    buffer over instead of allocating (in-place reuse). `input_reads`: how many of the
+    block's operands read each input."""
     donors = []
     remapped = {id(e.storage) for e, slot in zip(in_entries, in_slots) if len(slot) == 4}
-    for e, cls in zip(in_entries, classes):
+    for e, cls, reads_here in zip(in_entries, classes, input_reads):
         st = e.storage
         if cls != "contig" or id(st) in remapped or e.alive or st.refs != 1 or st.pins or not st.owned \
                 or st.buffer is None or not ctx.may_donate(st):
             continue
-        reads_here = sum(1 for op in ops for i in op.inputs if i == e.ir.id)
         if e.readers == reads_here:  # nobody after this block reads it
             donors.append(e)
     return donors
