@@ -152,6 +152,8 @@ class JitFunction:
     def _scalar_values(self, captured: _Captured, call: _Arguments) -> list | None:
         """The kernel arguments of this call's traced scalars, in the dtypes the trace
         used; None when one cannot take this call's value as the trace's did."""
+        if not captured.capture.scalars:
+            return []
         values = call.scalars
         try:
             python = [traced.fn(values) for traced, _ in captured.capture.scalars]
@@ -237,6 +239,10 @@ class JitFunction:
         static_nums = self.static_nums
         positional = self.positional
         for i, a in enumerate(args):
+            if type(a) is Tensor and i not in static_nums:  # (the common argument: _leaf_key's first case)
+                call.tensors.append(a)
+                call.key.append((a.shape, a.dtype, a._strides, a._offset))
+                continue
             name = positional[i] if i < len(positional) else f"args[{i}]"
             if i in static_nums:
                 call.key.append(_static(a, name, self.name))

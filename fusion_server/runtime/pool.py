@@ -16,9 +16,16 @@ def bucket_size(nbytes: int) -> int:
     """
     n = max(nbytes, 1)
     if n <= 65536:
-        return (n + 255) & ~255
-    step = 1 << (n.bit_length() - 4)
-    return (n + step - 1) // step * step
+        size = (n + 255) & ~255
+    else:
+        step = 1 << (n.bit_length() - 4)
+        size = (n + step - 1) // step * step
+    if len(_CLASSES) < 4096:  # (programs use few sizes; one that never recurs is not kept past that)
+        _CLASSES[nbytes] = size
+    return size
+
+
+_CLASSES: dict[int, int] = {}  # bytes asked for -> its size class, as bucket_size found it
 
 
 class BufferPool:
@@ -44,7 +51,7 @@ class BufferPool:
         self.watch = None
 
     def alloc(self, nbytes: int) -> cl.Buffer:
-        size = max(nbytes, 1) if self.exact else bucket_size(nbytes)
+        size = max(nbytes, 1) if self.exact else _CLASSES.get(nbytes) or bucket_size(nbytes)
         bucket = self._free.get(size)
         if bucket:
             buf = bucket.pop()
@@ -75,7 +82,7 @@ class BufferPool:
         return buf
 
     def free(self, buf: cl.Buffer, nbytes: int) -> None:
-        size = max(nbytes, 1) if self.exact else bucket_size(nbytes)
+        size = max(nbytes, 1) if self.exact else _CLASSES.get(nbytes) or bucket_size(nbytes)
         if self._live.pop(id(buf), None) is None:
             return  # not ours, or returned already (a repair after an interrupt got there first)
         self.live_bytes -= size
