@@ -81,6 +81,8 @@ class FusionClient:
     def __init__(self, server: FusionServer):
         self.server = server
         self.fp64 = server.info.fp64
+        # How long a main-thread wait polls before a helper thread takes it over (waits.py).
+        self.spin_seconds = waits.SPIN_SECONDS if server.info.kind == "CPU" else waits.ACCELERATOR_SPIN_SECONDS
         self.drops: deque[int] = server.drops  # filled by Tensor.__del__, without the lock
         self.unpins: deque = server.unpin_inbox  # storages whose resolved arrays or captures were collected
         self._lock = threading.Lock()
@@ -367,7 +369,7 @@ class FusionClient:
         if _traced.tracing:
             _traced.refuse_read("reads a tensor's values")
         _, event, finish = self.call(lambda server: server.read(tid))
-        waits.wait(event)
+        waits.wait(event, self.spin_seconds)
         return finish()
 
     def sync(self) -> None:
@@ -376,7 +378,7 @@ class FusionClient:
             _traced.refuse_read("waits for the device")
         me = _get_ident()
         event = self.call(lambda server: server.sync(me))
-        waits.wait(event)
+        waits.wait(event, self.spin_seconds)
 
     def flush(self) -> None:
         """Launch this thread's queued work without waiting for it."""

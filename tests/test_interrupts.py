@@ -343,7 +343,7 @@ def test_main_thread_waits_that_outlast_the_polling_share_one_kept_helper_thread
     while True:  # long enough that every read outlasts the polling, on any device
         start = time.perf_counter()
         spin(x, rounds=rounds).numpy()
-        if time.perf_counter() - start > 20 * waits.SPIN_SECONDS:
+        if time.perf_counter() - start > 20 * client.spin_seconds:
             break
         rounds *= 4
     want = spin(x, rounds=rounds).numpy()
@@ -353,6 +353,41 @@ def test_main_thread_waits_that_outlast_the_polling_share_one_kept_helper_thread
         np.testing.assert_array_equal(spin(x, rounds=rounds).numpy(), want)
         assert waits._idle == kept and not waits._busy, "a wait started a helper of its own"
     assert _lock_is_free(client)
+
+
+class _PolledEvent:
+    """Stands for a cl.Event that completes after `polls` looks at its status."""
+
+    def __init__(self, polls: int):
+        self.polls = polls
+        self.looks = 0
+
+    @property
+    def command_execution_status(self) -> int:
+        self.looks += 1
+        return 0 if self.looks > self.polls else 1  # (COMPLETE is 0, RUNNING 1)
+
+    def wait(self) -> None:
+        self.looks = self.polls
+
+
+def test_a_wait_polls_for_its_spin_then_hands_over_to_a_helper(client, monkeypatch):
+    from fusion_server.runtime import waits
+
+    handed = []
+
+    class Helper:
+        inbox = type("Inbox", (), {"put": staticmethod(lambda item: (handed.append(item), item[1].release()))})
+
+    monkeypatch.setattr(waits, "_helper", lambda: Helper)
+    waits.wait(_PolledEvent(polls=50), spin_seconds=60.0)  # done within the polling
+    assert not handed
+    waits.wait(_PolledEvent(polls=10**9), spin_seconds=0.0)  # never done while polled
+    assert len(handed) == 1
+    # The client polls for a short while on CPU devices (a poll takes a core from the
+    # kernel), longer elsewhere (a helper's wake-up would cost more than the polls).
+    cpu = client.server.info.kind == "CPU"
+    assert client.spin_seconds == (waits.SPIN_SECONDS if cpu else waits.ACCELERATOR_SPIN_SECONDS)
 
 
 # -- every failure kind frees what it held ----------------------------------------------------
