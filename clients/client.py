@@ -181,12 +181,14 @@ class FusionClient:
         if self._owner == _get_ident():
             raise FusionError("a device wait was attempted while holding the server lock")
 
-    def call(self, fn: Callable[..., T], *args: Any) -> T:
+    def call(self, fn: Callable[..., T], *args: Any, drain_after: bool = False) -> T:
         """Run `fn(server, *args)` in a locked section.
 
         When it needs a kernel built (NeedsCompile, raised before anything changed), the
         lock is released, the kernel is built, and `fn` runs again: every server entry
-        point resumes where it stopped.
+        point resumes where it stopped. What arrived without the lock (drops, unpins,
+        ended threads) is applied first, or with `drain_after` once `fn` has returned:
+        for an enqueue the device should start as soon as it can (a jitted call's).
         """
         me = _get_ident()
         while True:
@@ -197,9 +199,12 @@ class FusionClient:
                     queue = self.queues.get(me)
                     if queue:
                         self._register_queue(me, queue)
-                    if self.drops or self.server.ended_streams or self.unpins:
+                    if not drain_after and (self.drops or self.server.ended_streams or self.unpins):
                         self._drain()
-                    return self._with_writers(fn, self.server, *args)
+                    result = self._with_writers(fn, self.server, *args)
+                    if drain_after and (self.drops or self.server.ended_streams or self.unpins):
+                        self._drain()
+                    return result
                 except NeedsCompile as need:
                     job = need.job
                 except BaseException as exc:

@@ -177,7 +177,8 @@ class JitFunction:
             handles.append(make(client, ir.id, shape, dtype, strides, offset))
         input_ids = [t._id for t in call.tensors]
         capture = captured.capture
-        if not client.call(lambda server: server.replay(capture, input_ids, scalars, irs)):
+        # (the previous calls' dropped outputs are released once this call's kernels are enqueued)
+        if not client.call(lambda server: server.replay(capture, input_ids, scalars, irs), drain_after=True):
             return _RETRACE
         for k, j in captured.rebinds:
             _rebind(call.tensors[k], handles[j])

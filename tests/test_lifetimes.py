@@ -122,6 +122,19 @@ def test_garbage_collected_inside_a_locked_section(client, baseline):
     assert clients.stats()["buffers_live"] == baseline
 
 
+@pytest.mark.parametrize("drain_after", [False, True])
+def test_a_locked_section_applies_drops_before_or_after_its_work(client, baseline, drain_after):
+    x = clients.asarray(rand(256))
+    x.numpy()
+    del x  # its drop waits in the inbox for the next locked section
+    assert client.drops
+    pending = client.call(lambda server: len(server.drops), drain_after=drain_after)
+    assert (pending > 0) == drain_after  # (a jitted call enqueues first, then releases)
+    assert not client.drops
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
+
+
 def test_long_mixed_run_does_not_leak(baseline):
     rng = np.random.default_rng(7)
     keep = []
