@@ -10,6 +10,7 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -61,6 +62,29 @@ def _timed(fn: Callable[[], Any]) -> float:
         gc.enable()
     del result
     return elapsed
+
+
+def bytecodes(fn: Callable[[], Any]) -> int:
+    """How many Python bytecodes the calling thread runs in `fn()` (sys.settrace's opcode
+    events): a count of the host's Python work that, unlike a time, a noisy machine leaves
+    alone. Code in C (numpy, pyopencl's invoker, the driver) counts nothing."""
+    count = 0
+
+    def tracer(frame, event, arg):
+        nonlocal count
+        frame.f_trace_opcodes = True
+        frame.f_trace_lines = False
+        if event == "opcode":
+            count += 1
+        return tracer
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        fn()
+    finally:
+        sys.settrace(previous)
+    return count
 
 
 def time_call(fn: Callable[[], Any], repeat: int, warmup: int = 1) -> Timing:

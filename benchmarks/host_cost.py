@@ -7,6 +7,8 @@
     read once after each sample, outside the clock. The figures are the calling thread's
     CPU time (on a CPU device the kernels run on the same cores, and wall time counts
     them too); the wall times are given beside them.
+    Beside the times, the Python bytecodes the thread runs per op (common.bytecodes):
+    a count that the machine's noise leaves alone, to compare changes of the hot path.
 (b) End to end on small arrays: the 16-op chain of the element-wise benchmark on 1024
     float32 elements, build + `.numpy()`, against pyopencl.array (16 ops + `.get()`) and
     numpy. Small tensors are latency-bound: fusion saves launches and round trips.
@@ -51,6 +53,16 @@ def _reference(x: np.ndarray, steps: int) -> np.ndarray:
     return y
 
 
+def _chain(x: clients.Tensor, steps: int, flush: bool) -> clients.Tensor:
+    """`steps` steps recorded from `x` (and flushed, if asked)."""
+    y = x
+    for _ in range(steps):
+        y = _step(y)
+    if flush:
+        clients.flush()
+    return y
+
+
 def _record(x: clients.Tensor, steps: int, flush: bool) -> tuple[float, float, int, clients.Tensor]:
     """(thread CPU seconds, wall seconds) to record `steps` steps (and flush, if asked);
     kernels launched meanwhile."""
@@ -58,11 +70,7 @@ def _record(x: clients.Tensor, steps: int, flush: bool) -> tuple[float, float, i
     gc.disable()  # a collection inside the loop would be charged to a few ops
     try:
         cpu, wall = time.thread_time(), time.perf_counter()
-        y = x
-        for _ in range(steps):
-            y = _step(y)
-        if flush:
-            clients.flush()
+        y = _chain(x, steps, flush)
         cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
     finally:
         gc.enable()
@@ -93,12 +101,16 @@ def recording(samples: int, launch_samples: int) -> dict:
             launches.append(launched)
         if label == "record_only":
             assert max(launches) == 0, f"{max(launches)} kernels launched while recording {2 * steps} ops"
+        held: list = []  # (the chain, read after the count)
+        counted = common.bytecodes(lambda n=n_steps, f=flush, out=held: out.append(_chain(x, n, f)))
+        held.pop().numpy()
         results[label] = {
             "ops_per_sample": 2 * n_steps,
             "median_us_per_op": common.us(statistics.median(per_op)),
             "min_us_per_op": common.us(min(per_op)),
             "median_wall_us_per_op": common.us(statistics.median(wall_per_op)),
             "samples": len(per_op),
+            "bytecodes_per_op": counted / (2 * n_steps),
             "kernels_launched_per_sample": statistics.median(launches),
         }
     return results
@@ -155,6 +167,8 @@ def summary_rows(result: dict) -> list[list[Any]]:
         ["host CPU per op, with launches", rec["with_launches"]["median_us_per_op"], "us"],
         ["wall per op, record only", rec["record_only"]["median_wall_us_per_op"], "us"],
         ["wall per op, with launches", rec["with_launches"]["median_wall_us_per_op"], "us"],
+        ["Python bytecodes per op, record only", round(rec["record_only"]["bytecodes_per_op"]), ""],
+        ["Python bytecodes per op, with launches", round(rec["with_launches"]["bytecodes_per_op"]), ""],
         [f"{small['ops']}-op chain x{small['elements']}, fused", common.us(v["fused"]["median_s"]), "us"],
         [f"{small['ops']}-op chain x{small['elements']}, pyopencl.array",
          common.us(v["pyopencl.array"]["median_s"]), "us"],

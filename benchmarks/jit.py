@@ -3,7 +3,8 @@
 (a) The recurring 200-op graph of benchmarks.recurring, jitted: host time per op, amortized
     over calls (the calling thread's CPU time, and wall time), against the lazy path.
 (b) Call overhead: the calling thread's CPU time per call of jitted functions that launch
-    1, 4 and 16 kernels, with the fixed and per-kernel parts fitted.
+    1, 4 and 16 kernels, with the fixed and per-kernel parts fitted; likewise the Python
+    bytecodes a call runs (see common.bytecodes), which a noisy machine leaves alone.
 (c) The 16-op chain of benchmarks.elementwise_chain on 1024 float32 elements, build +
     read: jitted, not jitted, the hand-written kernel (one launch and a blocking read: the
     floor of the round trip), pyopencl.array (with its MemoryPool), PyTorch eager on the CPU
@@ -111,11 +112,16 @@ def call_overhead(samples: int) -> dict:
             f(x)
         kernels = len(rec.kernels)
         cpu, wall = _cpu_per_call(lambda f=f: f(x), CALLS, samples)
-        rows[str(k)] = {"kernels": kernels, "cpu_us": common.us(cpu), "wall_us": common.us(wall)}
+        counted = common.bytecodes(lambda f=f: [f(x) for _ in range(20)]) / 20
+        clients.sync()
+        rows[str(k)] = {"kernels": kernels, "cpu_us": common.us(cpu), "wall_us": common.us(wall),
+                        "bytecodes": counted}
     ks = np.array([r["kernels"] for r in rows.values()], float)
     us = np.array([r["cpu_us"] for r in rows.values()])
     per_kernel, fixed = np.polyfit(ks, us, 1)
+    bc_per_kernel, bc_fixed = np.polyfit(ks, np.array([r["bytecodes"] for r in rows.values()]), 1)
     return {"calls": rows, "fixed_us": float(fixed), "per_kernel_us": float(per_kernel),
+            "fixed_bytecodes": float(bc_fixed), "per_kernel_bytecodes": float(bc_per_kernel),
             "driver_launch_us": launch_cost(samples)}
 
 
@@ -241,6 +247,8 @@ def summary_rows(result: dict) -> list[list[Any]]:
         ["jit call: fixed CPU us", o["fixed_us"], "us"],
         ["jit call: CPU us per kernel", o["per_kernel_us"], "us"],
         ["the driver's enqueue of a tiny kernel: CPU us", o["driver_launch_us"], "us"],
+        ["jit call: fixed Python bytecodes", round(o["fixed_bytecodes"]), ""],
+        ["jit call: Python bytecodes per kernel", round(o["per_kernel_bytecodes"]), ""],
     ]
     for r in o["calls"].values():
         rows.append([f"jit call of {r['kernels']} kernels: CPU us (wall us {r['wall_us']:.1f})", r["cpu_us"], "us"])
