@@ -262,7 +262,7 @@ class JitFunction:
             call.key.append(id(client))
             # Which arguments are the same tensor (f(a, a) and f(a, b) are two captures).
             tensors = call.tensors
-            if len(tensors) > 1:
+            if len(tensors) > 1 and len(set(map(id, tensors))) < len(tensors):
                 call.key.append(tuple(next(j for j, u in enumerate(tensors) if u is t) for t in tensors))
             if call.scalars and client.server.fuser_factories:
                 # A custom fuser may decide on a scalar's value (the plan store does not

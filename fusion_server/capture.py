@@ -179,6 +179,7 @@ class Capture:
         self.generation = tape.generation
         self.n_inputs = len(tape.inputs)
         self.aliasing = tape.aliasing
+        self.distinct = self.aliasing == tuple(range(len(self.aliasing)))  # no two inputs share a storage
         self.sizes = tape.sizes
         self.scalars = tape.scalars
         self.slot_nbytes = list(tape.slot_nbytes)

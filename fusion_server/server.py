@@ -734,16 +734,24 @@ class FusionServer:
         if capture.generation != self.generation:
             return False
         entries = self.handles.entries
-        ins = [entries.get(t) or self.handles.get(t) for t in input_ids]
-        self._run_writers(ins, f"a clients.jit call of {capture.name} reads it")
-        if len(ins) == 1:
-            if ins[0].storage.nbytes != capture.sizes[0]:
+        ins = []
+        storages = []
+        for t in input_ids:
+            e = entries.get(t) or self.handles.get(t)
+            ins.append(e)
+            storages.append(e.storage)
+            if e.storage.status == PENDING:
+                self._run_writers([e], f"a clients.jit call of {capture.name} reads it")
+        if len(storages) == 1:
+            if storages[0].nbytes != capture.sizes[0]:
                 return False
-        else:
-            storages = [e.storage for e in ins]
-            if tuple([st.nbytes for st in storages]) != capture.sizes or \
-                    cap.aliasing_of(storages) != capture.aliasing:
+        elif tuple([st.nbytes for st in storages]) != capture.sizes:
+            return False
+        elif len(set(map(id, storages))) < len(storages):  # (inputs that share a storage)
+            if cap.aliasing_of(storages) != capture.aliasing:
                 return False
+        elif not capture.distinct:
+            return False
         self.counters["jit_replays"] += 1
         cap.replay(self.ctx, capture, ins, scalars, out_irs)
         return True

@@ -524,3 +524,18 @@ def test_the_same_tensor_twice_and_two_tensors_are_two_captures():
         np.testing.assert_allclose(f(a, b).numpy(), rand(5, seed=1) * 2 + rand(5, seed=2), rtol=1e-6)
         np.testing.assert_allclose(f(a, a).numpy(), rand(5, seed=1) * 3, rtol=1e-6)
     assert counts_of(f) == 2
+
+
+def test_arguments_that_share_a_storage_otherwise_than_traced_are_traced_again():
+    f = clients.jit(lambda x, y: x * 2.0 + y)
+    x, y, z = (clients.asarray(rand(8, seed=s)) for s in (1, 2, 3))
+    shared, apart = (x[:4], x[4:]), (y[:4], z[4:])  # the same layouts and storage sizes
+    want = {"shared": rand(8, seed=1)[:4] * 2 + rand(8, seed=1)[4:],
+            "apart": rand(8, seed=2)[:4] * 2 + rand(8, seed=3)[4:]}
+    traced = []
+    for name, args in (("shared", shared), ("shared", shared), ("apart", apart), ("apart", apart),
+                       ("shared", shared)):
+        before = clients.stats()["jit_traces"]
+        np.testing.assert_allclose(f(*args).numpy(), want[name], rtol=1e-6)
+        traced.append(clients.stats()["jit_traces"] - before)
+    assert traced == [1, 0, 1, 0, 1]
