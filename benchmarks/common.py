@@ -65,10 +65,30 @@ def _timed(fn: Callable[[], Any]) -> float:
 
 
 def bytecodes(fn: Callable[[], Any]) -> int:
-    """How many Python bytecodes the calling thread runs in `fn()` (sys.settrace's opcode
-    events): a count of the host's Python work that, unlike a time, a noisy machine leaves
-    alone. Code in C (numpy, pyopencl's invoker, the driver) counts nothing."""
+    """How many Python bytecodes run in `fn()`: a count of the host's Python work that,
+    unlike a time, a noisy machine leaves alone. Code in C (numpy, pyopencl's invoker, the
+    driver) counts nothing. Counted with sys.monitoring's instruction events where Python
+    has them (3.12 on: its settrace turns opcode events on only from the second trace),
+    else sys.settrace's opcode events, on the calling thread."""
     count = 0
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is not None:
+        tool, event = monitoring.PROFILER_ID, monitoring.events.INSTRUCTION
+
+        def counted(code, offset):
+            nonlocal count
+            count += 1
+
+        monitoring.use_tool_id(tool, "benchmarks.common.bytecodes")
+        monitoring.register_callback(tool, event, counted)
+        monitoring.set_events(tool, event)
+        try:
+            fn()
+        finally:
+            monitoring.set_events(tool, 0)
+            monitoring.register_callback(tool, event, None)
+            monitoring.free_tool_id(tool)
+        return count
 
     def tracer(frame, event, arg):
         nonlocal count
