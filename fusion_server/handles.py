@@ -137,19 +137,24 @@ class HandleContainer:
             return
         if entry.storage.status == PENDING and entry.storage.writer == entry.ir.id:
             return
-        if self.entries.get(entry.ir.id) is entry:
-            del self.entries[entry.ir.id]
+        tid = entry.ir.id
+        entries = self.entries
+        if entries.get(tid) is entry:
+            del entries[tid]
             storage = entry.storage
             storage.refs -= 1
-            if storage.refs <= 0 and storage.pins <= 0 and storage.nbytes >= 0:
-                if storage.buffer is None:  # most dead values never got a buffer: a call saved
-                    storage.nbytes = -1
-                else:
-                    self.release_if_unused(storage)
+            if storage.buffer is not None:
+                self.release_if_unused(storage)
+            elif storage.refs <= 0 and storage.pins <= 0:  # (most dead values never got a buffer)
+                storage.nbytes = -1
 
     def release_if_unused(self, storage: Storage) -> None:
         if storage.refs <= 0 and storage.pins <= 0 and storage.nbytes >= 0:
-            if storage.buffer is not None and storage.owned:
-                self._free_buffer(storage.buffer, storage.nbytes)
+            buffer = storage.buffer
+            if buffer is not None and storage.owned:
+                # (taken from the storage before the pool has it: an interrupt between the
+                # two loses the buffer, which the recovery finds, rather than leaving it
+                # both free and held)
                 storage.buffer = None
+                self._free_buffer(buffer, storage.nbytes)
             storage.nbytes = -1  # released; never again

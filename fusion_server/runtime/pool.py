@@ -82,9 +82,12 @@ class BufferPool:
         return buf
 
     def free(self, buf: cl.Buffer, nbytes: int) -> None:
-        size = max(nbytes, 1) if self.exact else _CLASSES.get(nbytes) or bucket_size(nbytes)
-        if self._live.pop(id(buf), None) is None:
+        """Take `buf` back (`nbytes`: what was asked for; its size class is the one it
+        was handed out with)."""
+        held = self._live.pop(id(buf), None)
+        if held is None:
             return  # not ours, or returned already (a repair after an interrupt got there first)
+        size = held[1]
         self.live_bytes -= size
         self._free.setdefault(size, []).append(buf)
         self._free.move_to_end(size)
