@@ -124,6 +124,7 @@ def time_rounds(
     warmup: int = 1,
     setup: dict[str, Callable[[], Any]] | None = None,
     repeats: dict[str, int] | None = None,
+    apart: tuple[str, ...] = (),
 ) -> dict[str, Timing]:
     """Time several variants in interleaved rounds (each round runs every variant once).
 
@@ -133,7 +134,18 @@ def time_rounds(
     `repeats[name]` overrides `repeat` for one variant: it leaves the rounds after its
     last sample, or takes part in extra rounds at the end (cheap variants get more
     samples than slow ones that way).
+    `apart`: variants that run through another driver on the same device (PyTorch's CUDA
+    beside our OpenCL on the H200), timed in rounds of their own after the others: the
+    GPU's switch from a CUDA context back to the OpenCL one cost the next variant 130 to
+    170 us (NVIDIA's driver 580; a jitted 1024-element chain read 76 us alone, 246 us
+    after a CUDA one), which no program using one of the two pays.
     """
+    if any(name in variants for name in apart):
+        kept = {name: fn for name, fn in variants.items() if name not in apart}
+        out = time_rounds(kept, repeat, warmup, setup, repeats)
+        out.update(time_rounds({name: fn for name, fn in variants.items() if name in apart},
+                               repeat, warmup, setup, repeats))
+        return {name: out[name] for name in variants}
     setup = setup or {}
     counts = {name: (repeats or {}).get(name, repeat) for name in variants}
     for name, fn in variants.items():

@@ -192,7 +192,7 @@ def small_chain(rounds: int) -> dict:
     for name, torch_run in torch_runs.items():
         check(f"16-op chain, {name}", torch_run(), want)
         variants[name] = torch_run
-    timings = common.time_rounds(variants, rounds, warmup=3)
+    timings = common.time_rounds(variants, rounds, warmup=3, apart=("torch-cuda",))
     out: dict = {"elements": SMALL, "variants": {k: t.to_dict() for k, t in timings.items()}, "torch": torch_note}
     for name in ("jit", "lazy"):
         for peer in ("hand-written", "pyopencl.array", "numpy", "torch", "torch-cuda"):

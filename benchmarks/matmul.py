@@ -141,7 +141,7 @@ def run(n: int | None = None, repeat: int = 10) -> dict:
         # the first product after a pause ran up to 1.7x slower).
         pause = {name: _let_blas_threads_sleep for name in variants}
         pause["numpy"] = lambda: a @ w
-        timings = common.time_rounds(variants, repeat, warmup=0, setup=pause, repeats=counts)
+        timings = common.time_rounds(variants, repeat, warmup=0, setup=pause, repeats=counts, apart=("cuBLAS",))
     finally:
         clients.set_mode("lazy")
 
@@ -216,7 +216,8 @@ def layouts(a: np.ndarray, w: np.ndarray, bias: np.ndarray, want: np.ndarray, re
         _check(f"fused {name}", ours().numpy(), want)
         # As in run(): ours after BLAS threads went to sleep, numpy's right after a product.
         setup = {} if gpu else {"fused": _let_blas_threads_sleep, "peer": peer}
-        timings = common.time_rounds({"fused": ours, "peer": peer}, repeat, warmup=1, setup=setup)
+        timings = common.time_rounds({"fused": ours, "peer": peer}, repeat, warmup=1, setup=setup,
+                                     apart=("peer",) if gpu else ())
         out[name] = {"variant": kernels[0].variant if kernels else "", "kernels": len(kernels),
                      "fused_ms": common.ms(timings["fused"].median), "peer_ms": common.ms(timings["peer"].median),
                      "peer": "cuBLAS" if gpu else "numpy",

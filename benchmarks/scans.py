@@ -63,7 +63,7 @@ def _shape(shape: tuple[int, int], repeat: int) -> dict:
     torch_run, note = _torch(a)
     if torch_run is not None:
         variants["torch"] = torch_run
-    wall = common.time_rounds(variants, repeat, warmup=1)
+    wall = common.time_rounds(variants, repeat, warmup=1, apart=("torch",) if "CPU" not in note else ())
     result: dict = {"shape": list(shape), "variants": {k: t.to_dict() for k, t in wall.items()}, "torch": note,
                     "numpy_over_fused": common.ratio(wall["numpy"], wall["fused"])}
     if "torch" in wall:

@@ -176,7 +176,7 @@ def run_case(name: str, case: dict, side: int, repeat: int) -> dict:
     peer = _torch_variant(case, a)
     if peer is not None:
         variants[peer[0]] = peer[1]
-    wall = common.time_rounds(variants, repeat, warmup=1)
+    wall = common.time_rounds(variants, repeat, warmup=1, apart=("torch (cuda)",))
     device = None
     if dtime.profiling(queue):
         fused_sampler = dtime.fused_seconds(lambda: case["stencil"](case["value"](x)))
