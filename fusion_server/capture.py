@@ -20,6 +20,7 @@ with the outputs' entries made first: no op, no fuser, no plan store, one locked
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +38,7 @@ INPUT, SLOT, SCALAR, CONST, ARRAY, SEQ, EMPTY = range(7)
 KERNEL, CALL = 0, 1
 
 _MEMORY = cl.MemoryObjectHolder
+_pairs = itertools.chain.from_iterable
 # pyopencl sets several arguments in one call with these (since 2022); plain set_arg else.
 _FAST_ARGS = hasattr(cl.Kernel, "_set_arg_multi") and hasattr(cl.Kernel, "_set_arg_buf_multi")
 
@@ -218,7 +220,9 @@ class Capture:
                 if type(value) in (int, float) and types and types[i] is not None:
                     value = np.dtype(types[i]).type(value)
                 clone.set_arg(i, value)
-        return (KERNEL, clone, grid, local, tuple(buffers), tuple(scalars), record)
+        # (argument numbers and where their values are, apart: a replay pairs them in C)
+        return (KERNEL, clone, grid, local, tuple(i for i, _ in buffers), tuple(b for _, b in buffers),
+                tuple(i for i, _ in scalars), tuple(k for _, k in scalars), record)
 
 
 def aliasing_of(storages: list[Storage]) -> tuple[int, ...]:
@@ -298,24 +302,16 @@ def replay(ctx, capture: Capture, ins: list[Entry], scalars: list, out_irs: list
     try:
         for step in capture.steps:
             if step[0] == KERNEL:
-                _, kernel, grid, local, bufs, scals, record = step
-                if _FAST_ARGS:
-                    pairs: list = []
-                    for i, b in bufs:
-                        pairs.append(i)
-                        pairs.append(buffers[b])
-                    kernel._set_arg_multi(tuple(pairs))
-                    if scals:
-                        pairs = []
-                        for i, s in scals:
-                            pairs.append(i)
-                            pairs.append(scalars[s])
-                        kernel._set_arg_buf_multi(tuple(pairs))
+                _, kernel, grid, local, buf_args, buf_at, scalar_args, scalar_at, record = step
+                if _FAST_ARGS:  # (argument number, value, ...), paired in C
+                    kernel._set_arg_multi(tuple(_pairs(zip(buf_args, map(buffers.__getitem__, buf_at)))))
+                    if scalar_args:
+                        kernel._set_arg_buf_multi(tuple(_pairs(zip(scalar_args, map(scalars.__getitem__, scalar_at)))))
                 else:
-                    for i, b in bufs:
+                    for i, b in zip(buf_args, buf_at):
                         kernel.set_arg(i, buffers[b])
-                    for i, s in scals:
-                        kernel.set_arg(i, scalars[s])
+                    for i, k in zip(scalar_args, scalar_at):
+                        kernel.set_arg(i, scalars[k])
                 event = cl.enqueue_nd_range_kernel(queue, kernel, grid, local)
             else:
                 _, fn, arg_srcs, kw_srcs, record = step
