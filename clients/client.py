@@ -125,6 +125,10 @@ class FusionClient:
                 "cannot be used after fork (use the 'spawn' start method)"
             )
 
+    def _arrived(self) -> bool:
+        """Whether drops, unpins or ended threads wait to be applied (see `_drain`)."""
+        return bool(self.drops or self.server.ended_streams or self.unpins)
+
     def _drain(self) -> None:
         """Apply what arrived without the lock: drops, unpins, ended threads' streams."""
         server = self.server
@@ -199,10 +203,10 @@ class FusionClient:
                     queue = self.queues.get(me)
                     if queue:
                         self._register_queue(me, queue)
-                    if not drain_after and (self.drops or self.server.ended_streams or self.unpins):
+                    if not drain_after and self._arrived():
                         self._drain()
                     result = self._with_writers(fn, self.server, *args)
-                    if drain_after and (self.drops or self.server.ended_streams or self.unpins):
+                    if drain_after and self._arrived():
                         self._drain()
                     return result
                 except NeedsCompile as need:
