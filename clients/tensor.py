@@ -199,14 +199,24 @@ class Tensor:
             yield self[i]
 
     # -- operators ----------------------------------------------------------------------
-    def __add__(self, o): return F.binary("add", self, o)
-    def __radd__(self, o): return F.binary("add", o, self)
-    def __sub__(self, o): return F.binary("subtract", self, o)
-    def __rsub__(self, o): return F.binary("subtract", o, self)
-    def __mul__(self, o): return F.binary("multiply", self, o)
-    def __rmul__(self, o): return F.binary("multiply", o, self)
-    def __truediv__(self, o): return F.binary("divide", self, o)
-    def __rtruediv__(self, o): return F.binary("divide", o, self)
+    # (arithmetic with a Python float, the commonest operand, goes straight to the scalar
+    # path that F.binary would pick for it)
+    def __add__(self, o):
+        return F._tensor_scalar("add", self, o, False) if type(o) is float else F.binary("add", self, o)
+    def __radd__(self, o):
+        return F._tensor_scalar("add", self, o, True) if type(o) is float else F.binary("add", o, self)
+    def __sub__(self, o):
+        return F._tensor_scalar("subtract", self, o, False) if type(o) is float else F.binary("subtract", self, o)
+    def __rsub__(self, o):
+        return F._tensor_scalar("subtract", self, o, True) if type(o) is float else F.binary("subtract", o, self)
+    def __mul__(self, o):
+        return F._tensor_scalar("multiply", self, o, False) if type(o) is float else F.binary("multiply", self, o)
+    def __rmul__(self, o):
+        return F._tensor_scalar("multiply", self, o, True) if type(o) is float else F.binary("multiply", o, self)
+    def __truediv__(self, o):
+        return F._tensor_scalar("divide", self, o, False) if type(o) is float else F.binary("divide", self, o)
+    def __rtruediv__(self, o):
+        return F._tensor_scalar("divide", self, o, True) if type(o) is float else F.binary("divide", o, self)
     def __floordiv__(self, o): return F.binary("floor_divide", self, o)
     def __rfloordiv__(self, o): return F.binary("floor_divide", o, self)
     def __mod__(self, o): return F.binary("remainder", self, o)
