@@ -38,6 +38,21 @@ def swap_ids(a: Tensor, b: Tensor) -> None:
     refs[a._id], refs[b._id] = ra, rb
 
 
+def _arithmetic(name: str, stem: str) -> tuple:
+    """`x op o` and `o op x` (the methods `__stem__` and `__rstem__`) for element-wise op
+    `name`: a Python float, the commonest operand, goes straight to the scalar path that
+    F.binary would pick for it."""
+    def forward(self, o):
+        return F._tensor_scalar(name, self, o, False) if type(o) is float else F.binary(name, self, o)
+
+    def reflected(self, o):
+        return F._tensor_scalar(name, self, o, True) if type(o) is float else F.binary(name, o, self)
+
+    forward.__name__, reflected.__name__ = f"__{stem}__", f"__r{stem}__"
+    forward.__qualname__, reflected.__qualname__ = f"Tensor.__{stem}__", f"Tensor.__r{stem}__"
+    return forward, reflected
+
+
 class Tensor:
     """A handle to a (possibly not yet computed) array on a device.
 
@@ -199,24 +214,10 @@ class Tensor:
             yield self[i]
 
     # -- operators ----------------------------------------------------------------------
-    # (arithmetic with a Python float, the commonest operand, goes straight to the scalar
-    # path that F.binary would pick for it)
-    def __add__(self, o):
-        return F._tensor_scalar("add", self, o, False) if type(o) is float else F.binary("add", self, o)
-    def __radd__(self, o):
-        return F._tensor_scalar("add", self, o, True) if type(o) is float else F.binary("add", o, self)
-    def __sub__(self, o):
-        return F._tensor_scalar("subtract", self, o, False) if type(o) is float else F.binary("subtract", self, o)
-    def __rsub__(self, o):
-        return F._tensor_scalar("subtract", self, o, True) if type(o) is float else F.binary("subtract", o, self)
-    def __mul__(self, o):
-        return F._tensor_scalar("multiply", self, o, False) if type(o) is float else F.binary("multiply", self, o)
-    def __rmul__(self, o):
-        return F._tensor_scalar("multiply", self, o, True) if type(o) is float else F.binary("multiply", o, self)
-    def __truediv__(self, o):
-        return F._tensor_scalar("divide", self, o, False) if type(o) is float else F.binary("divide", self, o)
-    def __rtruediv__(self, o):
-        return F._tensor_scalar("divide", self, o, True) if type(o) is float else F.binary("divide", o, self)
+    __add__, __radd__ = _arithmetic("add", "add")
+    __sub__, __rsub__ = _arithmetic("subtract", "sub")
+    __mul__, __rmul__ = _arithmetic("multiply", "mul")
+    __truediv__, __rtruediv__ = _arithmetic("divide", "truediv")
     def __floordiv__(self, o): return F.binary("floor_divide", self, o)
     def __rfloordiv__(self, o): return F.binary("floor_divide", o, self)
     def __mod__(self, o): return F.binary("remainder", self, o)
