@@ -12,7 +12,20 @@ from contextlib import contextmanager
 from typing import Any
 
 from fusion_server.dtypes import bool_ as bool
-from fusion_server.dtypes import float32, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64
+from fusion_server.dtypes import (
+    complex64,
+    complex128,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
 from fusion_server.errors import (
     DeviceError,
     DeviceMemoryError,
@@ -105,7 +118,7 @@ from .tensor import Tensor
 _UNARY = (
     "exp expm1 log log1p log2 log10 sqrt sin cos tan asin acos atan sinh cosh tanh asinh "
     "acosh atanh floor ceil trunc round abs negative positive sign square logical_not "
-    "bitwise_invert isnan isinf isfinite"
+    "bitwise_invert isnan isinf isfinite conj real imag"
 ).split()
 _BINARY = (
     "add subtract multiply divide floor_divide remainder pow maximum minimum atan2 hypot "
@@ -172,7 +185,7 @@ __all__ = [
     "ReentrancyError", "Tensor", "TensorFailedError", "arange", "asarray", "astype", "bool",
     "broadcast_arrays", "broadcast_shapes", "broadcast_to", "client_for", "clip", "default_device", "devices",
     "from_dlpack",
-    "empty", "empty_like", "expand_dims", "flush", "float32", "float64", "full", "full_like",
+    "empty", "empty_like", "expand_dims", "flush", "float32", "float64", "complex64", "complex128", "full", "full_like",
     "inspect", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "ones", "ones_like", "permute_dims", "reshape", "set_mode",
     "squeeze", "stats", "sync", "where", "zeros", "zeros_like", *_UNARY, *_BINARY,

@@ -17,7 +17,9 @@ from . import _functions as F
 from . import _reductions as R
 from .tensor import Tensor
 
-__array_api_version__ = "2021.12"
+__array_api_version__ = "2025.12"
+# Every version this namespace serves (each later one adds to the ones before).
+API_VERSIONS = ("2021.12", "2022.12", "2023.12", "2024.12", "2025.12")
 
 # The standard's constants, as Python floats.
 e = math.e
@@ -66,7 +68,7 @@ def result_type(*arrays_and_dtypes: Any) -> np.dtype:
     for v in arrays_and_dtypes:
         if isinstance(v, Tensor):
             dtypes.append(v.dtype)
-        elif isinstance(v, (bool, int, float)):
+        elif isinstance(v, (bool, int, float, complex)):
             scalars.append(v)
         else:
             dtypes.append(dt.normalize(v))
@@ -132,8 +134,11 @@ def _row_col(n_rows: int, n_cols: int, device: Any) -> tuple[Tensor, Tensor]:
 def eye(n_rows: int, n_cols: int | None = None, k: int = 0, dtype: Any = None, device: Any = None) -> Tensor:
     """Ones on the k-th diagonal, zeros elsewhere (one fused kernel)."""
     n_cols = n_rows if n_cols is None else n_cols
+    target = dt.float64 if dtype is None else dtype
+    if not -n_rows < k < n_cols:  # (no element on that diagonal: k may be any Python int)
+        return F.zeros((n_rows, n_cols), target, device)
     rows, cols = _row_col(n_rows, n_cols, device)
-    return F.astype(rows + k == cols, dt.float64 if dtype is None else dtype)
+    return F.astype(rows + k == cols, target)
 
 
 def _triangle(x: Tensor, k: int, lower: bool) -> Tensor:
@@ -176,11 +181,13 @@ def any(x: Tensor, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa:
 
 
 def var(x: Tensor, axis: Any = None, correction: float = 0.0, keepdims: bool = False) -> Tensor:
-    """Variance with `correction` degrees of freedom removed (numpy's ddof)."""
+    """Variance with `correction` degrees of freedom removed (numpy's ddof); of complex
+    values, the mean of |x - mean|^2 (real), as numpy."""
     mu = R.mean(x, axis=axis, keepdims=True)
-    dev = (x if dt.is_float(x.dtype) else F.astype(x, dt.float64)) - mu
+    dev = (x if dt.is_inexact(x.dtype) else F.astype(x, dt.float64)) - mu
     n = math.prod(x.shape[d] for d in R._axes(x, axis))
-    total = R.sum(dev * dev, axis=axis, keepdims=keepdims)
+    square = F.unary("real", dev * F.unary("conj", dev)) if dev.dtype.kind == "c" else dev * dev
+    total = R.sum(square, axis=axis, keepdims=keepdims)
     return total * (1.0 / (n - correction)) if n - correction > 0 else total * float("nan")
 
 
@@ -196,7 +203,16 @@ def matrix_transpose(x: Tensor) -> Tensor:
 
 def vecdot(x1: Tensor, x2: Tensor, axis: int = -1) -> Tensor:
     """Dot products along `axis`, broadcasting the rest (one fused reduction), in the
-    operands' promoted dtype."""
+    operands' promoted dtype; complex x1 is conjugated first, as the standard says. The
+    sizes along `axis` must match (they do not broadcast)."""
+    x1, x2 = (t if type(t) is Tensor else F._as_tensor(t, None) for t in (x1, x2))
+    n = min(x1.ndim, x2.ndim)
+    if n == 0 or not -n <= axis < n:
+        raise ValueError(f"vecdot: axis {axis} is out of range for shapes {x1.shape} and {x2.shape}")
+    if x1.shape[axis] != x2.shape[axis]:
+        raise ValueError(f"vecdot: the sizes along axis {axis} differ ({x1.shape} and {x2.shape})")
+    if x1.dtype.kind == "c":
+        x1 = F.unary("conj", x1)
     product = x1 * x2
     # sum alone would widen int32 and bool to int64; vecdot keeps the promoted dtype.
     return R.sum(product, axis=axis, dtype=product.dtype)
@@ -283,6 +299,8 @@ def signbit(x: Tensor) -> Tensor:
     """Whether each element's sign bit is set (True for -0.0 and negative NaNs too)."""
     if type(x) is not Tensor:
         x = F._as_tensor(x, None)
+    if x.dtype.kind == "c":
+        raise TypeError(f"signbit needs a real-valued tensor, not {x.dtype.name}")
     if x.dtype.kind == "f":
         return F.binary("less", F.binary("copysign", 1.0, x), 0.0)
     if x.dtype.kind == "b":
@@ -294,7 +312,7 @@ def reciprocal(x: Tensor) -> Tensor:
     """1 / x, element-wise, for floating-point tensors."""
     if type(x) is not Tensor:
         x = F._as_tensor(x, None)
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fc":
         raise TypeError(f"reciprocal needs a floating-point tensor, not {x.dtype}")
     return F.binary("divide", 1.0, x)
 
@@ -344,9 +362,17 @@ def count_nonzero(x: Tensor, /, *, axis: int | tuple[int, ...] | None = None, ke
 def isin(x1: Any, x2: Any, /, *, invert: bool = False) -> Tensor:
     """For each element of x1, whether it equals an element of x2 (not, with `invert`), as
     numpy.isin; NaN is in nothing. One kernel: the comparison of each element of x1 with
-    every element of x2, reduced by `any` as it is computed (len(x2) steps per element)."""
+    every element of x2, reduced by `any` as it is computed (len(x2) steps per element).
+    Either may be a Python scalar (2025.12): a scalar x2 is one comparison."""
     client = F._client_of((x1, x2))
-    t1, t2 = (t if type(t) is Tensor else F._as_tensor(t, client) for t in (x1, x2))
+    if F._is_scalar(x1) and F._is_scalar(x2):
+        raise TypeError("isin needs at least one tensor operand")
+    if F._is_scalar(x2):
+        hit = F.binary("equal", x1 if type(x1) is Tensor else F._as_tensor(x1, client), x2)
+        return F.unary("logical_not", hit) if invert else hit
+    t2 = x2 if type(x2) is Tensor else F._as_tensor(x2, client)
+    t1 = x1 if type(x1) is Tensor else F.full((), x1, F._promote((x1, t2)), device=t2.device) \
+        if F._is_scalar(x1) else F._as_tensor(x1, client)
     if t2.size == 0 or t1.size == 0:
         return F.full(t1.shape, bool(invert), dt.bool_, device=t1.device)
     flat = F.reshape(t2, (-1,))

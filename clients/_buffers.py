@@ -1,15 +1,18 @@
-"""Crossing to pyopencl: a tensor's concrete buffer (`resolve`) and imports (`from_cl`)."""
+"""Crossing to pyopencl: a tensor's concrete buffer (`resolve`), its host memory on CPU
+devices (`host_view`), and imports (`from_cl`)."""
 
 from __future__ import annotations
 
 import weakref
 
 import numpy as np
+import pyopencl as cl
 import pyopencl.array as cla
 
 from fusion_server import dtypes as dt
 from fusion_server.fusers.custom_kernel import array_of
 from fusion_server.handles import span_of
+from fusion_server.runtime import waits
 
 from . import _functions as F
 from . import _traced
@@ -38,6 +41,40 @@ def resolve(x: Tensor) -> cla.Array:
     storage, array = client.call(pin)
     weakref.finalize(array, client.unpins.append, storage)
     return array
+
+
+def host_view(x: Tensor) -> np.ndarray:
+    """x's values as a numpy array over the device buffer itself, no copy: on a CPU device,
+    whose buffers are host memory, the buffer is mapped (BufferError on other devices,
+    where the values would have to be copied). Writes go both ways while the array lives;
+    the buffer is not recycled until it is collected, then unmapped. For zero-copy
+    exports (`__dlpack__(copy=False)`)."""
+    client = x._client
+    if client.server.info.kind != "CPU":
+        raise BufferError(f"the values live in the memory of device {client.server.info.name!r}: a host "
+                          "array of them is a copy (copy=False cannot hold)")
+    if _traced.tracing:
+        _traced.refuse_read("maps a tensor's buffer")
+    itemsize = x.dtype.itemsize
+
+    def pin(server):
+        entry = server.resolve(x._id)
+        lo, hi = span_of(entry.ir.shape, entry.strides, entry.offset)
+        if hi == lo:
+            return entry.storage, None, None, lo
+        flat, event = cl.enqueue_map_buffer(server.runtime.queue, entry.storage.buffer,
+                                            cl.map_flags.READ | cl.map_flags.WRITE, lo * itemsize,
+                                            (hi - lo,), x.dtype)
+        return entry.storage, flat, event, entry.offset - lo
+
+    storage, flat, event, start = client.call(pin)
+    if flat is None:
+        client.unpins.append(storage)
+        return np.empty(x.shape, x.dtype)
+    waits.wait(event, client.spin_seconds)  # (the device wait, with the lock released)
+    view = np.lib.stride_tricks.as_strided(flat[start:], x.shape, tuple(s * itemsize for s in x.strides_elements))
+    weakref.finalize(flat, client.unpins.append, storage)  # (the map ends with the last array over it)
+    return view
 
 
 def from_cl(array: cla.Array, device=None) -> Tensor:
@@ -81,4 +118,4 @@ def from_cl(array: cla.Array, device=None) -> Tensor:
     return t
 
 
-__all__ = ["from_cl", "resolve"]
+__all__ = ["from_cl", "host_view", "resolve"]

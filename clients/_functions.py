@@ -26,7 +26,7 @@ from .tensor import DropRef as _DropRef
 from .tensor import Tensor
 
 _ids = itertools.count(1)
-_PY_SCALARS = (bool, int, float)
+_PY_SCALARS = (bool, int, float, complex)
 
 
 # -- helpers --------------------------------------------------------------------------------
@@ -34,8 +34,8 @@ _tuple_new = tuple.__new__
 
 
 def _new(client: FusionClient, shape: tuple[int, ...], dtype: np.dtype) -> TensorIr:
-    if dtype is dt.float64 and not client.fp64:
-        raise DeviceError(f"device {client.server.info.name!r} has no float64 support")
+    if dtype in dt.FP64 and not client.fp64:
+        raise DeviceError(f"device {client.server.info.name!r} has no {dtype.name} support (no fp64)")
     if len(shape) > 1 or (shape and shape[0] > 1 << 24):
         nbytes = math.prod(shape) * dtype.itemsize
         if nbytes > client.server.info.max_alloc_bytes:
@@ -68,7 +68,9 @@ _BCAST: dict[tuple, tuple[int, ...]] = {}
 
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
-    """numpy's broadcast of `shapes`, or ValueError naming them."""
+    """numpy's broadcast of `shapes` (of none: ()), or ValueError naming them."""
+    if not shapes:
+        return ()
     key = shapes
     out = _BCAST.get(key)
     if out is not None:
@@ -125,6 +127,8 @@ def _scalar_dtype(v: Any) -> np.dtype:
         return dt.int64
     if isinstance(v, float):
         return dt.float64
+    if isinstance(v, complex):
+        return dt.complex128
     raise TypeError(f"unsupported operand type {type(v).__name__}")
 
 
@@ -261,10 +265,12 @@ def _small_power(x: Tensor, p: int | float) -> Tensor | None:
         return unary("square", unary("square", x))
     if p == 1:
         return unary("positive", x)
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fc":
         return None
     if p == -1:
         return _tensor_scalar("divide", x, 1.0, True)
+    if x.dtype.kind == "c":
+        return unary("sqrt", x)  # (the principal root, as pow's)
     root = _tensor_scalar("add", unary("sqrt", x), 0.0, False)  # (+ 0: -0.0 becomes +0.0)
     return where(_tensor_scalar("equal", x, -math.inf, False), math.inf, root)
 
@@ -366,11 +372,17 @@ def clip(x: Any, min: Any = None, max: Any = None) -> Tensor:
     return out
 
 
-def astype(x: Tensor, dtype: Any, copy: bool = True) -> Tensor:
-    """x converted to `dtype` (C-style truncation for float to int, as numpy)."""
+def astype(x: Tensor, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Tensor:
+    """x converted to `dtype` (C-style truncation for float to int, as numpy), on `device`
+    (None: x's; another device's copy is made there)."""
+    if device is not None and client_for(device) is not x._client:
+        return asarray(astype(x, dtype), device=device)
     target = dt.normalize(dtype)
     if target == x.dtype and not copy:
         return x
+    if x.dtype.kind == "c" and target.kind not in "cb":
+        raise TypeError(f"astype from {x.dtype.name} to {target.name}: the standard permits no cast of complex "
+                        "values to a real dtype (take real(x), imag(x) or abs(x) first)")
     client = x._client
     out = _new(client, x.shape, target)
     t = Tensor._make(client, out.id, x.shape, target)
@@ -400,8 +412,8 @@ def asarray(obj: Any, dtype: Any = None, device: Any = None, copy: bool | None =
     if client is None:
         client = client_for()
     target = dt.normalize(dtype) if dtype is not None else _default_dtype(np.asarray(obj).dtype)
-    if target is dt.float64 and not client.fp64:
-        raise DeviceError(f"device {client.server.info.name!r} has no float64 support")
+    if target in dt.FP64 and not client.fp64:
+        raise DeviceError(f"device {client.server.info.name!r} has no {target.name} support (no fp64)")
     try:
         host = np.array(obj, dtype=target, order="C", copy=True)
     except (TypeError, ValueError) as exc:
@@ -421,6 +433,8 @@ def _default_dtype(source: np.dtype) -> np.dtype:
         return np.dtype(source.newbyteorder("="))
     if source.kind == "f":
         return dt.float32 if source.itemsize <= 4 else dt.float64
+    if source.kind == "c":
+        return dt.complex64 if source.itemsize <= 8 else dt.complex128
     return dt.normalize(source)
 
 

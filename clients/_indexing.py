@@ -23,7 +23,7 @@ from . import _functions as F
 from . import _traced
 from .tensor import Tensor, swap_ids
 
-_PY_SCALARS = (bool, int, float)
+_PY_SCALARS = (bool, int, float, complex)
 
 
 # -- keys -------------------------------------------------------------------------------------
@@ -342,14 +342,16 @@ def _value_for(x: Tensor, value: Any) -> Tensor | bool | int | float:
     if isinstance(value, np.generic):  # before Python scalars: np.float64 is a float
         return x.dtype.type(value).item()  # cast as numpy does, then a kernel argument
     if isinstance(value, _PY_SCALARS):
-        ok = kind == "b" if isinstance(value, bool) else kind in "iuf" if isinstance(value, int) else kind == "f"
+        # (the standard's rule: a scalar of a kind the tensor's dtype holds, complex taking all)
+        ok = kind == "b" if isinstance(value, bool) else kind in "iufc" if isinstance(value, int) else \
+            kind in "fc" if isinstance(value, float) else kind == "c"
         if not ok:
             raise TypeError(f"cannot assign a Python {type(value).__name__} to a {x.dtype.name} tensor")
         dt.scalar_value(value, x.dtype)  # OverflowError for an int that does not fit
         return value
     if isinstance(value, (list, tuple, np.ndarray)):
         host = np.asarray(value)
-        if host.dtype.kind not in "biuf":
+        if host.dtype.kind not in "biufc" or host.dtype.kind == "c" and kind != "c":
             raise TypeError(f"cannot assign an array of {host.dtype} to a {x.dtype.name} tensor")
         return F.asarray(host, dtype=x.dtype, device=x.device)
     raise TypeError(f"cannot assign a {type(value).__name__} to a tensor")

@@ -40,20 +40,22 @@ class Info:
     def default_device(self) -> _devices.Device:
         return _devices.default_device()
 
-    def devices(self) -> list[_devices.Device]:
-        return _devices.devices()
+    def devices(self) -> tuple[_devices.Device, ...]:
+        """Every device, as a tuple (2025.12; a list before)."""
+        return tuple(_devices.devices())
 
     def default_dtypes(self, *, device: Any = None) -> dict[str, np.dtype]:
-        """The dtypes to default to: float64 (float32 on a device without fp64, where
-        creation functions need an explicit dtype), int64 for integers and indices. No
-        complex dtype yet."""
+        """The dtypes to default to: float64 and complex128 (float32 and complex64 on a
+        device without fp64, where creation functions need an explicit dtype), int64 for
+        integers and indices."""
         info = _device_info(device)
-        return {"real floating": dt.float64 if info.fp64 else dt.float32, "integral": dt.int64,
-                "indexing": dt.int64}
+        return {"real floating": dt.float64 if info.fp64 else dt.float32,
+                "complex floating": dt.complex128 if info.fp64 else dt.complex64,
+                "integral": dt.int64, "indexing": dt.int64}
 
     def dtypes(self, *, device: Any = None, kind: str | tuple[str, ...] | None = None) -> dict[str, np.dtype]:
         """The dtypes the device has, by name; `kind` (a kind name or a tuple of them)
-        keeps those of that kind. float64 only where the device has fp64."""
+        keeps those of that kind. float64 and complex128 only where the device has fp64."""
         info = _device_info(device)
         kinds = (kind,) if isinstance(kind, str) else kind
         if kinds is not None:
@@ -62,7 +64,7 @@ class Info:
                 raise ValueError(f"unknown dtype kind {unknown[0]!r}; expected one of {sorted(_KINDS)}")
         out = {}
         for name, dtype in _DTYPES.items():
-            if dtype is dt.float64 and not info.fp64:
+            if dtype in dt.FP64 and not info.fp64:
                 continue
             if kinds is None or any(dtype.kind in _KINDS[k] for k in kinds):
                 out[name] = dtype

@@ -45,17 +45,28 @@ def _out_shape(x: Tensor, axes: tuple[int, ...], keepdims: bool) -> tuple[int, .
 
 def _accumulator(name: str, dtype: np.dtype, client) -> np.dtype:
     if name in ("sum", "prod"):
-        if dt.is_float(dtype):
-            # float32 sums accumulate in float64 where the device has it: more exact than
-            # numpy's pairwise float32 sum, and free on bandwidth-bound reductions.
-            return dt.float64 if client.fp64 else dtype
+        if dt.is_inexact(dtype):
+            # float32 sums accumulate in float64 where the device has it (complex64 in
+            # complex128): more exact than numpy's pairwise float32 sum, and free on
+            # bandwidth-bound reductions.
+            return _wide(dtype, client)
         return dt.uint64 if dt.is_unsigned(dtype) else dt.int64
     return dtype
+
+
+def _wide(dtype: np.dtype, client) -> np.dtype:
+    """What values of an inexact `dtype` accumulate in: the double-precision dtype of its
+    kind where the device has fp64."""
+    if not client.fp64:
+        return dtype
+    return dt.complex128 if dtype.kind == "c" else dt.float64 if dtype.kind == "f" else dtype
 
 
 def _reduce(name: str, x: Any, axis: Any, keepdims: bool, dtype: Any = None) -> Tensor:
     if type(x) is not Tensor:
         x = F._as_tensor(x, None)
+    if x.dtype.kind == "c" and name not in ("sum", "prod"):
+        raise TypeError(f"{name} needs a real-valued tensor; complex numbers ({x.dtype.name}) have no order")
     requested = None
     if dtype is not None:
         requested = dt.normalize(dtype)
@@ -73,7 +84,7 @@ def _reduce(name: str, x: Any, axis: Any, keepdims: bool, dtype: Any = None) -> 
     if name in ("argmax", "argmin"):
         out_dtype = dt.int64
     elif name in ("sum", "prod"):
-        out_dtype = requested or (x.dtype if dt.is_float(x.dtype) else acc)
+        out_dtype = requested or (x.dtype if dt.is_inexact(x.dtype) else acc)
     else:
         out_dtype = x.dtype
     shape = _out_shape(x, axes, keepdims)
@@ -123,7 +134,7 @@ def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     n = 1
     for d in axes:
         n *= x.shape[d]
-    if not dt.is_float(x.dtype):
+    if not dt.is_inexact(x.dtype):
         x = F.astype(x, dt.float64)
     total = _reduce("sum", x, axis, keepdims)
     return total * (1.0 / n) if n else total * float("nan")
@@ -145,7 +156,7 @@ def _cumulative(name: str, x: Any, axis: Any, dtype: Any, include_initial: Any) 
     include_initial = F._flag(include_initial, "include_initial", what)
     if dtype is not None:
         out_dtype = dt.normalize(dtype)
-    elif dt.is_float(x.dtype):
+    elif dt.is_inexact(x.dtype):
         out_dtype = x.dtype
     else:  # signed ints and bools to int64, unsigned ints to uint64, as sum (and numpy)
         out_dtype = dt.uint64 if dt.is_unsigned(x.dtype) else dt.int64
@@ -157,7 +168,7 @@ def _cumulative(name: str, x: Any, axis: Any, dtype: Any, include_initial: Any) 
     if rows.size == 0:
         result = F.full(rows.shape, 0, out_dtype, device=x.device)
     else:
-        acc = dt.float64 if out_dtype == dt.float32 and client.fp64 else out_dtype
+        acc = _wide(out_dtype, client)
         out = F._new(client, rows.shape, out_dtype)
         result = Tensor._make(client, out.id, rows.shape, out_dtype)
         client.record(ScanOp(name, acc, (rows._id,), out), rows)

@@ -51,6 +51,8 @@ def _tensor(x: Any, what: str) -> Tensor:
 def _sorted(name: str, x: Any, axis: Any, descending: Any, stable: Any) -> Tensor:
     """One SortOp over `axis` of x: the sorted values ("sort") or positions ("argsort")."""
     x = _tensor(x, name)
+    if x.dtype.kind == "c":
+        raise TypeError(f"{name} needs a real-valued tensor; complex numbers ({x.dtype.name}) have no order")
     axis = F._one_axis(x, axis, name)
     descending = F._flag(descending, "descending", name)
     F._flag(stable, "stable", name)  # always stable: a stable order is also a valid unstable one
@@ -96,8 +98,8 @@ def searchsorted(x1: Tensor, x2: Any, /, *, side: str = "left", sorter: Any = No
         raise ValueError(f"searchsorted: x1 must be one-dimensional, got shape {x1.shape}")
     if side not in ("left", "right"):
         raise ValueError(f"searchsorted: side must be 'left' or 'right', not {side!r}")
-    if dt.is_bool(x1.dtype):
-        raise TypeError("searchsorted: x1 must have a real-valued dtype, not bool")
+    if dt.is_bool(x1.dtype) or x1.dtype.kind == "c":
+        raise TypeError(f"searchsorted: x1 must have a real-valued dtype, not {x1.dtype.name}")
     client = x1._client
     if sorter is not None:
         from ._indexing import take

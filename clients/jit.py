@@ -13,7 +13,7 @@ A signature is, for each argument, in the structure of nested tuples, lists and 
 
 - a tensor: its shape, dtype, strides and offset (a view of another layout traces
   again; the built kernels are reused, so a new signature costs host time only);
-- a Python int or float: its type and, for an int, whether it fits int32 or int64. Its
+- a Python int, float or complex: its type and, for an int, whether it fits int32 or int64. Its
   value becomes a kernel argument: a new value never traces again;
 - a static argument (`static_argnums`, `static_argnames`), a bool, a numpy scalar,
   None, a string or any other hashable value: its value (a new one traces again).
@@ -280,7 +280,7 @@ class JitFunction:
             if static:
                 return a
             t = type(a)
-            if t is float or t is int:
+            if t is float or t is int or t is complex:
                 k = next(counter)
                 name = next(names)
                 return _traced.argument(a, k, name) if traced else a
@@ -314,10 +314,10 @@ def _leaf_key(a: Any, call: _Arguments, name: str) -> None:
     if t is Tensor:
         call.tensors.append(a)
         call.key.append((a.shape, a.dtype, a._strides, a._offset))
-    elif t is float:
+    elif t is float or t is complex:
         call.scalars.append(a)
         call.names.append(name)
-        call.key.append(float)
+        call.key.append(t)
     elif t is int:
         call.scalars.append(a)
         call.names.append(name)

@@ -130,10 +130,12 @@ class Tensor:
         return F.permute_dims(self, axes)
 
     def __array_namespace__(self, api_version: str | None = None):
-        """The `clients` module: tensors speak the Array API (version 2021.12)."""
-        if api_version not in (None, "2021.12"):
-            raise ValueError(f"only Array API version 2021.12 is provided, not {api_version}")
+        """The `clients` module: tensors speak the Array API (2021.12 to 2025.12)."""
         import clients
+
+        if api_version is not None and api_version not in clients._array_api.API_VERSIONS:
+            raise ValueError(f"Array API versions {', '.join(clients._array_api.API_VERSIONS)} are provided, "
+                             f"not {api_version}")
 
         return clients
 
@@ -168,14 +170,18 @@ class Tensor:
         no DLPack device type, so the capsule is numpy's, on the CPU (see `__dlpack_device__`).
 
         `max_version`: the newest DLPack version the consumer reads (None: a legacy capsule).
-        `dl_device`: only the host, (1, 0), can be asked for. `copy`: the values are always
-        copied, so copy=False raises BufferError; copy=True marks the capsule as a copy."""
+        `dl_device`: only the host, (1, 0), can be asked for. `copy`: None copies; True
+        copies and marks the capsule as a copy; False exports the buffer itself, mapped, on a
+        CPU device, whose buffers are host memory (writes go both ways), and raises
+        BufferError on other devices."""
         if stream is not None:
             raise ValueError("a host copy is exported: stream must be None")
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"a tensor exports host copies only: dl_device {tuple(dl_device)} is not (1, 0)")
         if copy is False:
-            raise BufferError("a tensor's values live on the device: exporting them always copies (copy=False)")
+            from ._buffers import host_view
+
+            return host_view(self).__dlpack__(max_version=max_version, copy=False)
         return self.numpy().__dlpack__(max_version=max_version, copy=copy)
 
     def __dlpack_device__(self) -> tuple[int, int]:
@@ -194,10 +200,17 @@ class Tensor:
         return kind(self.numpy().reshape(()).item())
 
     def __float__(self) -> float:
+        if self.dtype.kind == "c":
+            raise TypeError(f"a {self.dtype.name} tensor does not convert to float (take its real part first)")
         return self._scalar(float)
 
     def __int__(self) -> int:
+        if self.dtype.kind == "c":
+            raise TypeError(f"a {self.dtype.name} tensor does not convert to int (take its real part first)")
         return self._scalar(int)
+
+    def __complex__(self) -> complex:
+        return self._scalar(complex)
 
     def __bool__(self) -> bool:
         return self._scalar(bool)

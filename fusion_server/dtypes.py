@@ -15,8 +15,11 @@ uint32 = np.dtype(np.uint32)
 uint64 = np.dtype(np.uint64)
 float32 = np.dtype(np.float32)
 float64 = np.dtype(np.float64)
+complex64 = np.dtype(np.complex64)
+complex128 = np.dtype(np.complex128)
 
-SUPPORTED: tuple[np.dtype, ...] = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float32, float64)
+SUPPORTED: tuple[np.dtype, ...] = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float32, float64,
+                                   complex64, complex128)
 
 # bool is stored as one byte holding 0 or 1, exactly like numpy's bool.
 CL_NAME: dict[np.dtype, str] = {
@@ -31,14 +34,49 @@ CL_NAME: dict[np.dtype, str] = {
     uint64: "ulong",
     float32: "float",
     float64: "double",
+    # A complex value is a two-component vector: .x the real part, .y the imaginary one
+    # (numpy's layout). Kernels over complex values run one element per work-item.
+    complex64: "float2",
+    complex128: "double2",
 }
 
-# The signed integer type whose element size matches, for vector select() masks.
-CL_MASK_NAME: dict[np.dtype, str] = {d: {1: "char", 2: "short", 4: "int", 8: "long"}[d.itemsize] for d in CL_NAME}
+# The signed integer type whose element size matches, for vector select() masks (no
+# complex dtype: their kernels have no vectors of elements).
+CL_MASK_NAME: dict[np.dtype, str] = {d: {1: "char", 2: "short", 4: "int", 8: "long"}[d.itemsize]
+                                     for d in CL_NAME if d.kind != "c"}
+
+# The dtypes a device computes only with fp64 (cl_khr_fp64).
+FP64: frozenset[np.dtype] = frozenset((float64, complex128))
 
 
 def is_float(dtype: np.dtype) -> bool:
     return dtype.kind == "f"
+
+
+def is_complex(dtype: np.dtype) -> bool:
+    return dtype.kind == "c"
+
+
+def is_inexact(dtype: np.dtype) -> bool:
+    """Real or complex floating point."""
+    return dtype.kind in "fc"
+
+
+def real_of(dtype: np.dtype) -> np.dtype:
+    """The dtype of a complex dtype's components (a real dtype is its own)."""
+    return float32 if dtype == complex64 else float64 if dtype == complex128 else dtype
+
+
+def complex_of(dtype: np.dtype) -> np.dtype:
+    """The complex dtype whose components have `dtype` (float32: complex64; else complex128)."""
+    if dtype.kind == "c":
+        return dtype
+    return complex64 if dtype == float32 else complex128
+
+
+def fp64_pragma(dtypes) -> list[str]:
+    """The source line that enables fp64 in a kernel computing with any of `dtypes`."""
+    return ["#pragma OPENCL EXTENSION cl_khr_fp64 : enable"] if FP64.intersection(dtypes) else []
 
 
 def is_int(dtype: np.dtype) -> bool:
@@ -78,24 +116,27 @@ def promote(a: np.dtype, b: np.dtype) -> np.dtype:
     return out
 
 
-def promote_scalar(a: np.dtype, value: bool | int | float) -> np.dtype:
+def promote_scalar(a: np.dtype, value: bool | int | float | complex) -> np.dtype:
     """The result dtype of an array of dtype `a` with a Python scalar.
 
     A Python scalar is "weak" (the Array API rule, and numpy 2's): it takes the array's
     dtype when its kind fits, so `float32_tensor * 2.0` stays float32. An int or float
     scalar with a bool array gives the default int or float; a float with an int array
-    gives float64, as numpy does.
+    gives float64, as numpy does; a complex scalar gives the complex dtype of the array's
+    float kind (complex64 with float32), complex128 with any other real array.
     """
     if isinstance(value, bool):
         return a
     if isinstance(value, int):
-        return a if a.kind in "iuf" else int64
-    return a if a.kind == "f" else float64
+        return a if a.kind in "iufc" else int64
+    if isinstance(value, complex):
+        return complex_of(a) if a.kind in "fc" else complex128
+    return a if a.kind in "fc" else float64
 
 
-def scalar_value(value: bool | int | float, dtype: np.dtype) -> np.generic:
+def scalar_value(value: bool | int | float | complex, dtype: np.dtype) -> np.generic:
     """`value` as a numpy scalar of `dtype`; OverflowError when it does not fit."""
-    if dtype.kind == "f":
+    if dtype.kind in "fc":
         return dtype.type(value)
     if dtype.kind in "iu" and isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         info = np.iinfo(dtype)

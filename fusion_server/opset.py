@@ -42,6 +42,8 @@ OPS: dict[str, OpInfo] = {
     ),
     **_ops("numeric_nobool", 1, "negative sign square"),
     **_ops("numeric", 1, "abs positive copy"),
+    **_ops("numeric_nobool", 1, "conj"),
+    **_ops("component", 1, "real imag"),
     **_ops("rounding", 1, "floor ceil trunc round"),
     **_ops("predicate", 1, "isnan isinf isfinite"),
     # where(cond, a, b): cond is cast to bool, a and b promoted together.
@@ -54,9 +56,16 @@ OPS: dict[str, OpInfo] = {
 }
 
 
+# What complex numbers have of each rule: everything but order (maximum, less, floor...),
+# bits, integer division and the real-only float functions.
+_REAL_ONLY = frozenset((
+    "maximum minimum floor_divide remainder atan2 hypot copysign logaddexp nextafter "
+    "less less_equal greater greater_equal floor ceil trunc").split())
+
+
 def float_of(dtype: np.dtype) -> np.dtype:
     """The float dtype an op that needs floats computes in, numpy's choice for ints."""
-    if dt.is_float(dtype):
+    if dt.is_inexact(dtype):
         return dtype
     # numpy gives float16 for bool and 1-byte integers, float32 for 2-byte ones; float32
     # is the smallest float here.
@@ -74,8 +83,16 @@ def resolve(name: str, in_dtypes: tuple[np.dtype, ...]) -> tuple[np.dtype, np.dt
         raise ValueError(f"unknown element-wise operation {name!r}")
     d = in_dtypes[0]
     rule = info.rule
+    if d.kind == "c" and name in _REAL_ONLY:
+        raise TypeError(f"{name} is not defined for complex tensors ({d.name})")
     if rule == "numeric" or rule == "where":
+        if name == "abs":
+            return d, dt.real_of(d)  # (|z| is real)
         return d, d
+    if rule == "component":  # (real and imag of a real value: itself, and zeros, as numpy)
+        if dt.is_bool(d):
+            raise TypeError(f"{name} needs a numeric tensor, got bool")
+        return d, dt.real_of(d)
     if rule == "numeric_nobool":
         if dt.is_bool(d):
             raise TypeError(f"{name} is not supported for bool tensors")
@@ -88,7 +105,7 @@ def resolve(name: str, in_dtypes: tuple[np.dtype, ...]) -> tuple[np.dtype, np.dt
     if rule == "logical":
         return dt.bool_, dt.bool_
     if rule == "bitwise":
-        if dt.is_float(d):
+        if dt.is_inexact(d):
             raise TypeError(f"{name} needs integer or bool tensors, got {d.name}")
         return d, d
     if rule == "integer":

@@ -34,7 +34,7 @@ FLOAT_UNARY = frozenset(
 )
 FLOAT_BINARY = frozenset("divide atan2 hypot copysign logaddexp nextafter".split())
 # numpy computes these on bool by upcasting to int8; here they refuse bool.
-NO_BOOL = frozenset("subtract floor_divide remainder pow square negative sign".split())
+NO_BOOL = frozenset("subtract floor_divide remainder pow square negative sign conj real imag".split())
 # Only defined on integers and bools.
 BITWISE = frozenset("bitwise_and bitwise_or bitwise_xor bitwise_invert".split())
 # Only defined on integers (numpy upcasts bools to int8; the library refuses them).

@@ -1,10 +1,12 @@
 """Array API 2021.12 names the conformance suite found missing: broadcast_arrays,
 from_dlpack, and the array's __dlpack__, __dlpack_device__ and to_device."""
 
+import gc
 import inspect
 
 import numpy as np
 import pytest
+from conftest import settle
 
 import clients
 
@@ -50,11 +52,31 @@ def test_dlpack_takes_the_2023_12_keywords():
         capsule = t.__dlpack__(**kwargs)
         name = "dltensor_versioned" if kwargs.get("max_version") else "dltensor"
         assert f'"{name}"' in repr(capsule)
-    with pytest.raises(BufferError, match="copy=False"):
-        t.__dlpack__(copy=False)
     with pytest.raises(BufferError, match="dl_device"):
         t.__dlpack__(dl_device=(2, 0))
     np.testing.assert_array_equal(t.numpy(), a + 1)  # a refused export leaves the tensor as it was
+
+
+def test_dlpack_without_a_copy_maps_the_buffer_on_a_cpu_device(baseline):
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = clients.asarray(a) * 2
+    view = t[::-1, 1::2]  # (a view: strides and an offset)
+    if clients.client_for().server.info.kind != "CPU":
+        with pytest.raises(BufferError, match="copy=False"):
+            view.__dlpack__(copy=False)
+        return
+    host = np.from_dlpack(view, copy=False)
+    np.testing.assert_array_equal(host, (a * 2)[::-1, 1::2])
+    twice = np.from_dlpack(view, copy=False)
+    assert np.shares_memory(host, twice)  # (two maps of one buffer: the same memory)
+    host[0, 0] = -1  # the tensor's own buffer: the write is the tensor's
+    np.testing.assert_array_equal(t.numpy()[2, 1], -1)
+    del t, view
+    gc.collect()
+    np.testing.assert_array_equal(twice[0, 0], -1)  # (the buffer outlives the tensor while exported)
+    del host, twice
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
 
 
 def test_from_dlpack_takes_device_and_copy():

@@ -13,11 +13,10 @@ from hypothesis import strategies as st
 import clients as xp
 
 with warnings.catch_warnings():
-    # complex64 and complex128 are not provided here: Hypothesis warns and skips them.
     warnings.simplefilter("ignore")
     from hypothesis.extra.array_api import make_strategies_namespace
 
-    xps = make_strategies_namespace(xp, api_version="2021.12")
+    xps = make_strategies_namespace(xp, api_version="2021.12")  # (the real dtypes these tests draw)
 
 FAST = settings(max_examples=25, deadline=None)
 SHAPES = xps.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5)

@@ -207,20 +207,11 @@ def generate(spec: KernelSpec) -> tuple[str, str]:
     name = kernel_name(spec)
     W = spec.width
     all_dtypes = {d for d, _ in spec.inputs} | dtypes_of(spec.ops, spec.scalars)
-    # No fused multiply-add contraction: results match numpy's op-by-op rounding exactly.
-    src: list[str] = ["#pragma OPENCL FP_CONTRACT OFF"]
-    if dt.float64 in all_dtypes:
-        src.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+    src = ex.prelude(spec.ops, all_dtypes)
     src.append(f"typedef {spec.index} IDX;")
     if W > 1:
         src.append(f"typedef {spec.index}{W} IDX{W};")
         src += ex.vector_access({d for d, _ in spec.inputs} | {spec.ops[j].out for j in spec.outputs}, W)
-    helpers = sorted(
-        {(op.name, op.compute) for op in spec.ops if ex.needs_scalar_code(op.name, op.compute)},
-        key=repr,
-    )
-    for hname, hdtype in helpers:
-        src.append(ex.helper_source(hname, hdtype))
     src.append(f"__kernel void {name}({sig.declare(parameters(spec))})")
     src.append("{")
     if not spec.rows:

@@ -11,11 +11,16 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as dt
+from . import complex_math
 
 
 def type_name(dtype: np.dtype, width: int) -> str:
     base = dt.CL_NAME[dtype]
-    return base if width == 1 else f"{base}{width}"
+    if width == 1:
+        return base
+    if dtype.kind == "c":  # (a complex value is a vector already: such kernels are scalar code)
+        raise ValueError(f"no vector of {width} {dtype.name} values")
+    return f"{base}{width}"
 
 
 # Defined (a build option) on CPU drivers: vectors are read and written through plain
@@ -79,11 +84,27 @@ def cast(expr: str, src: np.dtype, dst: np.dtype, width: int) -> str:
     """`expr` of dtype `src` converted to `dst` the way numpy's astype does."""
     if src == dst:
         return expr
+    if src.kind == "c" or dst.kind == "c":
+        return _complex_cast(expr, src, dst)
     if dt.is_bool(dst):
         return to_bool(f"({expr}) != {splat('0', src, width)}", width)
     if width == 1:
         return f"(({dt.CL_NAME[dst]})({expr}))"
     return f"convert_{type_name(dst, width)}({expr})"
+
+
+def _complex_cast(expr: str, src: np.dtype, dst: np.dtype) -> str:
+    """A cast from or to a complex dtype (scalar code): a real value is the real part, a
+    complex value as a real one is its real part (numpy's astype), and as a bool whether
+    either part is nonzero."""
+    if src.kind == "c" and dst.kind == "c":
+        return f"convert_{dt.CL_NAME[dst]}({expr})"
+    if dst.kind == "c":
+        real = dt.CL_NAME[dt.real_of(dst)]
+        return f"(({dt.CL_NAME[dst]})(({real})({expr}), ({real})0))"
+    if dt.is_bool(dst):
+        return f"((uchar)((({expr}).x != 0) | (({expr}).y != 0)))"
+    return cast(f"(({expr}).x)", dt.real_of(src), dst, 1)
 
 
 def select(cond_bool: str, a: str, b: str, dtype: np.dtype, width: int) -> str:
@@ -129,7 +150,24 @@ _FLOAT_CALL2 = {"atan2", "hypot", "copysign", "pow", "nextafter"}
 
 
 def needs_scalar_code(name: str, compute: np.dtype) -> bool:
-    return name in SCALAR_ONLY or (name in SCALAR_ONLY_INT and not dt.is_float(compute))
+    """Whether an op's kernel must run one element per work-item: an op with a helper of
+    branches, or one over complex values (whose type is a vector already)."""
+    return name in SCALAR_ONLY or (name in SCALAR_ONLY_INT and dt.is_int(compute)) or compute.kind == "c"
+
+
+def prelude(ops, dtypes) -> list[str]:
+    """The lines every generated kernel source starts with, for `ops` (TraceOps) computing
+    with `dtypes`: no contraction of multiply-adds (results round as numpy's op by op),
+    fp64 where used, and the helper functions the ops call."""
+    src = ["#pragma OPENCL FP_CONTRACT OFF", *dt.fp64_pragma(dtypes)]
+    helpers = {(op.name, op.compute) for op in ops if op.name in SCALAR_ONLY or
+               (op.name in SCALAR_ONLY_INT and dt.is_int(op.compute))}
+    src += [helper_source(name, compute) for name, compute in sorted(helpers, key=repr)]
+    for compute in sorted({op.compute for op in ops if op.compute.kind == "c"}, key=repr):
+        names = {op.name for op in ops if op.compute == compute and op.name in complex_math.FUNCTIONS}
+        if names:
+            src.append(complex_math.source(sorted(names), dt.CL_NAME[dt.real_of(compute)]))
+    return src
 
 
 def helper_name(name: str, compute: np.dtype) -> str:
@@ -204,9 +242,11 @@ def emit(
 
     The dtype is None for a mask, which still needs `to_bool`.
     """
-    T = type_name(compute, width)
     a = args[0] if args else ""
     b = args[1] if len(args) > 1 else ""
+    if compute.kind == "c":
+        return _emit_complex(name, args, compute)
+    T = type_name(compute, width)
     isf = dt.is_float(compute)
     isb = dt.is_bool(compute)
     if name in _COMPARE:
@@ -266,8 +306,10 @@ def emit(
         return pick(f"({a}) < (({T})(0))", f"-({a})", a, width), compute
     if name == "negative":
         return f"(-({a}))", compute
-    if name == "positive" or name == "copy":
+    if name in ("positive", "copy", "conj", "real"):  # (of a real value)
         return a, compute
+    if name == "imag":
+        return f"(({T})(0))", compute
     if name == "square":
         return f"(({a}) * ({a}))", compute
     if name == "logical_not":
@@ -282,3 +324,39 @@ def emit(
         const = "1" if name == "isfinite" else "0"
         return splat(f"(uchar){const}", dt.bool_, width), dt.bool_
     raise ValueError(f"no OpenCL template for element-wise op {name!r}")
+
+
+def _emit_complex(name: str, args: list[str], compute: np.dtype) -> tuple[str, np.dtype | None]:
+    """`emit` for ops computing in a complex dtype (scalar code: a value is a float2 or a
+    double2, .x its real part)."""
+    a = args[0] if args else ""
+    b = args[1] if len(args) > 1 else ""
+    T = dt.CL_NAME[compute]
+    real = dt.real_of(compute)
+    if name == "equal":
+        return f"((({a}).x == ({b}).x) & (({a}).y == ({b}).y))", None
+    if name == "not_equal":
+        return f"((({a}).x != ({b}).x) | (({a}).y != ({b}).y))", None
+    if name == "add" or name == "subtract":
+        return f"(({a}) {_INFIX[name]} ({b}))", compute
+    if name == "negative":
+        return f"(-({a}))", compute
+    if name == "positive" or name == "copy":
+        return a, compute
+    if name == "conj":
+        return f"(({T})(({a}).x, -({a}).y))", compute
+    if name == "real":
+        return f"(({a}).x)", real
+    if name == "imag":
+        return f"(({a}).y)", real
+    if name == "round":
+        return f"rint({a})", compute  # (each part to the nearest even integer, as numpy)
+    if name == "isnan":
+        return f"(isnan(({a}).x) | isnan(({a}).y))", None
+    if name == "isinf":
+        return f"(isinf(({a}).x) | isinf(({a}).y))", None
+    if name == "isfinite":
+        return f"(isfinite(({a}).x) & isfinite(({a}).y))", None
+    if name in complex_math.FUNCTIONS:
+        return complex_math.call(name, list(args), dt.CL_NAME[real]), real if name == "abs" else compute
+    raise ValueError(f"no OpenCL template for element-wise op {name!r} of complex values")

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import dtypes as dt
+from . import complex_math
 from . import elementwise as ew
 from . import epilogue as ep
 from . import signature as sig
@@ -164,15 +165,12 @@ def generate(spec: MatmulSpec) -> tuple[str, str]:
     epi = spec.epilogue
     types = {spec.dtype} | {d for d, _ in epi.inputs} | set(epi.scalars) | {op.out for op in epi.ops}
     types |= {op.compute for op in epi.ops}
-    src = ["#pragma OPENCL FP_CONTRACT OFF"]
-    if dt.float64 in types:
-        src.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
-    src.append(f"typedef {spec.index} IDX;")
     from . import expressions as ex
 
-    for hname, hdtype in sorted({(op.name, op.compute) for op in epi.ops
-                                 if ex.needs_scalar_code(op.name, op.compute)}, key=repr):
-        src.append(ex.helper_source(hname, hdtype))
+    # (complex products: the product of two values is the multiply op's)
+    product = (ew.TraceOp("multiply", spec.dtype, spec.dtype, ()),) if spec.dtype.kind == "c" else ()
+    src = ex.prelude(epi.ops + product, types)
+    src.append(f"typedef {spec.index} IDX;")
     rows = spec.strategy == "rows"
     if not rows:
         src.append(f"__kernel __attribute__((reqd_work_group_size({LOCAL}, {LOCAL}, 1)))")
@@ -234,10 +232,16 @@ def generate(spec: MatmulSpec) -> tuple[str, str]:
     src.append("    barrier(CLK_LOCAL_MEM_FENCE);")
     src.append(f"    for (int k = 0; k < {TK}; ++k) {{")
     src.append(f"      {t} a[{WPT}], b[{WPT}];")
-    for q in range(0, WPT, 4):
-        src.append(f"      vstore4(*(__local const {vec}*)&As[k][ty * {WPT} + {q}], 0, a + {q});")
-        src.append(f"      vstore4(*(__local const {vec}*)&Bs[k][tx * {WPT} + {q}], 0, b + {q});")
-    fold = "acc[i][j] = fma(a[i], b[j], acc[i][j]);" if dt.is_float(spec.dtype) else "acc[i][j] += a[i] * b[j];"
+    if spec.dtype.kind == "c":  # (a complex value is a vector already: element by element)
+        src.append(f"      for (int q = 0; q < {WPT}; ++q) {{ a[q] = As[k][ty * {WPT} + q]; "
+                   f"b[q] = Bs[k][tx * {WPT} + q]; }}")
+        product = complex_math.call("multiply", ["a[i]", "b[j]"], dt.CL_NAME[dt.real_of(spec.dtype)])
+        fold = f"acc[i][j] += {product};"
+    else:
+        for q in range(0, WPT, 4):
+            src.append(f"      vstore4(*(__local const {vec}*)&As[k][ty * {WPT} + {q}], 0, a + {q});")
+            src.append(f"      vstore4(*(__local const {vec}*)&Bs[k][tx * {WPT} + {q}], 0, b + {q});")
+        fold = "acc[i][j] = fma(a[i], b[j], acc[i][j]);" if dt.is_float(spec.dtype) else "acc[i][j] += a[i] * b[j];"
     src.append(f"      for (int i = 0; i < {WPT}; ++i) for (int j = 0; j < {WPT}; ++j) {fold}")
     src.append("    }")
     src.append("    barrier(CLK_LOCAL_MEM_FENCE);")

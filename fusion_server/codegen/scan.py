@@ -25,12 +25,15 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import dtypes as dt
+from . import complex_math
 from . import signature as sig
 
 PHASES = ("totals", "offsets", "write")
 TILE_PHASES = ("tile_totals", "tile_offsets", "tile_write")  # GPUs: a work-group per tile of a row
 IDENTITY = {"sum": "0", "prod": "1"}
 COMBINE = {"sum": "(a) + (b)", "prod": "(a) * (b)"}
+# Complex values: the identity of a product is 1 + 0i, and their product no lane-wise one.
+COMPLEX_IDENTITY = {"sum": "(0, 0)", "prod": "(1, 0)"}
 
 
 class ScanSpec(NamedTuple):
@@ -83,7 +86,26 @@ def _store(spec: ScanSpec) -> str:
     """The accumulator as the output type (a reinterpretation for signed integers)."""
     if dt.is_int(spec.dtype) and not dt.is_unsigned(spec.dtype):
         return f"as_{dt.CL_NAME[spec.dtype]}(v)"
+    if spec.dtype.kind == "c":  # (OpenCL C casts no vector to another vector type)
+        return f"convert_{dt.CL_NAME[spec.dtype]}(v)"
     return "(T)(v)"
+
+
+def _load(spec: ScanSpec) -> str:
+    """An input value as the accumulator type."""
+    return f"convert_{dt.CL_NAME[spec.acc]}(v)" if spec.acc.kind == "c" else "(ACC)(v)"
+
+
+def _identity(spec: ScanSpec) -> str:
+    if spec.acc.kind == "c":
+        return f"(ACC){COMPLEX_IDENTITY[spec.name]}"
+    return f"(ACC){IDENTITY[spec.name]}"
+
+
+def _combine(spec: ScanSpec) -> str:
+    if spec.acc.kind == "c" and spec.name == "prod":
+        return complex_math.call("multiply", ["(a)", "(b)"], dt.CL_NAME[dt.real_of(spec.acc)])
+    return COMBINE[spec.name]
 
 
 def _hillis_steele(ident: str) -> list[str]:
@@ -101,7 +123,7 @@ def _hillis_steele(ident: str) -> list[str]:
 
 def _tile_offsets(spec: ScanSpec) -> list[str]:
     """A work-group per row turns its tile totals into their exclusive scan, L at a time."""
-    ident = f"(ACC){IDENTITY[spec.name]}"
+    ident = _identity(spec)
     return [
         f"  const int L = {spec.group};",
         "  const long row = get_group_id(0);",
@@ -125,7 +147,7 @@ def _tile_body(spec: ScanSpec) -> list[str]:
     coalesce (work-item `lid` takes elements lid, lid + L, ...); in `tile_write`, the tile
     is scanned in local memory (each work-item K consecutive elements, then the work-items'
     totals by a Hillis-Steele scan) from the tile's offset."""
-    ident = f"(ACC){IDENTITY[spec.name]}"
+    ident = _identity(spec)
     head = [
         f"  const int L = {spec.group}, K = {spec.per_item};",
         "  const long g = get_group_id(0);",
@@ -139,7 +161,7 @@ def _tile_body(spec: ScanSpec) -> list[str]:
             f"  ACC s = {ident};",
             "  for (int j = 0; j < K; ++j) {",
             "    const long i = start + (long)j * L + lid;",
-            "    if (i < n) s = COMBINE(s, (ACC)in[i]);",
+            "    if (i < n) s = COMBINE(s, LOAD(in[i]));",
             "  }",
             "  part[lid] = s;",
             "  barrier(CLK_LOCAL_MEM_FENCE);",
@@ -153,7 +175,7 @@ def _tile_body(spec: ScanSpec) -> list[str]:
         "  __global T *out = y + row * n;",
         "  for (int j = 0; j < K; ++j) {",
         "    const long i = start + (long)j * L + lid;",
-        f"    buf[j * L + lid] = i < n ? (ACC)in[i] : {ident};",
+        f"    buf[j * L + lid] = i < n ? LOAD(in[i]) : {ident};",
         "  }",
         "  barrier(CLK_LOCAL_MEM_FENCE);",
         f"  ACC s = {ident};",
@@ -177,12 +199,15 @@ def _tile_body(spec: ScanSpec) -> list[str]:
 def generate(spec: ScanSpec) -> tuple[str, str]:
     """OpenCL C source of `spec`'s kernel and the kernel's name."""
     name = kernel_name(spec)
-    src = ["#pragma OPENCL EXTENSION cl_khr_fp64 : enable"] if dt.float64 in (spec.dtype, spec.acc) else []
+    src = dt.fp64_pragma((spec.dtype, spec.acc))
+    if spec.acc.kind == "c" and spec.name == "prod":
+        src.append(complex_math.source(["multiply"], dt.CL_NAME[dt.real_of(spec.acc)]))
     src += [
         f"typedef {dt.CL_NAME[spec.dtype]} T;",
         f"typedef {_acc_name(spec.acc)} ACC;",
-        f"#define COMBINE(a, b) ({COMBINE[spec.name]})",
+        f"#define COMBINE(a, b) ({_combine(spec)})",
         f"#define STORE(v) {_store(spec)}",
+        f"#define LOAD(v) {_load(spec)}",
         f"__kernel void {name}({sig.declare(parameters(spec))})",
         "{",
     ]
@@ -191,7 +216,7 @@ def generate(spec: ScanSpec) -> tuple[str, str]:
             "  const long row = get_global_id(0);",
             "  if (row >= rows) return;",
             "  __global ACC *t = totals + row * chunks;",
-            f"  ACC s = (ACC){IDENTITY[spec.name]};",
+            f"  ACC s = {_identity(spec)};",
             "  for (long c = 0; c < chunks; ++c) {",
             "    const ACC here = t[c];",
             "    t[c] = s;",
@@ -214,17 +239,17 @@ def generate(spec: ScanSpec) -> tuple[str, str]:
     ]
     if spec.phase == "totals":
         src += [
-            f"  ACC s = (ACC){IDENTITY[spec.name]};",
-            "  for (long i = start; i < stop; ++i) s = COMBINE(s, (ACC)in[i]);",
+            f"  ACC s = {_identity(spec)};",
+            "  for (long i = start; i < stop; ++i) s = COMBINE(s, LOAD(in[i]));",
             "  totals[item] = s;",
             "}",
         ]
     else:
         src += [
-            f"  ACC s = chunks > 1 ? totals[item] : (ACC){IDENTITY[spec.name]};",
+            f"  ACC s = chunks > 1 ? totals[item] : {_identity(spec)};",
             "  __global T *out = y + row * n;",
             "  for (long i = start; i < stop; ++i) {",
-            "    s = COMBINE(s, (ACC)in[i]);",
+            "    s = COMBINE(s, LOAD(in[i]));",
             "    out[i] = STORE(s);",
             "  }",
             "}",

@@ -50,7 +50,7 @@ def generate(spec: SearchSpec) -> tuple[str, str]:
     """OpenCL C source of `spec`'s kernel and the kernel's name."""
     name = kernel_name(spec)
     less = "((p) < (q) || (isnan(q) && !isnan(p)))" if dt.is_float(spec.dtype) else "((p) < (q))"
-    src = ["#pragma OPENCL EXTENSION cl_khr_fp64 : enable"] if spec.dtype == dt.float64 else []
+    src = dt.fp64_pragma((spec.dtype,))
     src += [
         f"typedef {dt.CL_NAME[spec.dtype]} T;",
         f"#define LESS(p, q) {less}",

@@ -601,9 +601,7 @@ def generate(spec: SortSpec) -> tuple[str, str]:
     name = kernel_name(spec)
     key, body = _KEYS[spec.dtype]
     t = dt.CL_NAME[spec.dtype]
-    src = []
-    if spec.dtype == dt.float64:
-        src.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+    src = dt.fp64_pragma((spec.dtype,))
     src += [
         f"typedef {t} T;",
         f"typedef {key} KEY;",

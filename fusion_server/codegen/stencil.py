@@ -220,15 +220,10 @@ def generate(spec: StencilSpec) -> tuple[str, str]:
     first_spec = _trace_spec(spec.value_ops, spec.value_inputs, spec.scalars, spec.index)
     second_spec = _trace_spec(second, spec.inputs + tap_dtypes, spec.scalars, spec.index)
     every = {*spec.value_inputs, *spec.inputs, *cg.dtypes_of(spec.value_ops + spec.ops, spec.scalars)}
-    src = ["#pragma OPENCL FP_CONTRACT OFF"]
-    if dt.float64 in every:
-        src.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+    src = ex.prelude(spec.value_ops + spec.ops, every)
     src.append(f"typedef {spec.index} IDX;")
     src += ex.vector_access({*spec.value_inputs, *spec.inputs, *(spec.ops[j].out for j in spec.outputs),
                              *tap_dtypes}, W)
-    for hname, hdtype in sorted({(op.name, op.compute) for op in spec.value_ops + spec.ops
-                                 if ex.needs_scalar_code(op.name, op.compute)}, key=repr):
-        src.append(ex.helper_source(hname, hdtype))
     src.append(f"__kernel __attribute__((reqd_work_group_size({lx}, {ly}, 1)))")
     src.append(f"void {name}({sig.declare(parameters(spec))})")
     src.append("{")

@@ -109,7 +109,9 @@ class MatmulPlan:
                       eb.storage.nbytes // eb.ir.dtype.itemsize)
         index = index_type(biggest)
         strategy = ctx.matmul_strategy or ("tiled" if ctx.info.kind == "GPU" else "rows")
-        tile = 128 if strategy == "tiled" and m * n * nbatch >= 2048 * 2048 else 64
+        if mm.compute.kind == "c":
+            strategy = "tiled"  # (the rows kernel holds vectors of elements: none of complex values)
+        tile = 128 if strategy == "tiled" and m * n * nbatch >= 2048 * 2048 and mm.compute.kind != "c" else 64
         aligned = mg.aligned_tiles(mm.compute, tile, a_layout, b_layout, batch, m, n, k, ctx.info.local_mem_bytes) \
             if strategy == "tiled" else None
         operands, depth, double = aligned or ("", mg.TK, False)

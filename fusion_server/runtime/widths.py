@@ -44,9 +44,12 @@ class VectorWidths(NamedTuple):
         return self.w8
 
     def for_dtypes(self, dtypes: Iterable[np.dtype]) -> int:
-        """The width of a kernel over values of `dtypes`: the narrowest of their sizes."""
+        """The width of a kernel over values of `dtypes`: the narrowest of their sizes (1
+        with a complex dtype, whose OpenCL type is a vector already)."""
         width = max(self)
         for d in dtypes:
+            if d.kind == "c":
+                return 1
             w = self.of_size(d.itemsize)
             if w < width:
                 width = w
