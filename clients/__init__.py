@@ -36,7 +36,7 @@ from fusion_server.errors import (
 )
 
 from . import _functions as _f
-from . import custom
+from . import custom, fft, linalg
 from ._array_api import (
     __array_api_version__,
     all,
@@ -169,7 +169,7 @@ def set_mode(mode: str, device: Any = None) -> None:
 newaxis = None
 
 __all__ = [
-    "custom", "from_cl", "jit", "JitFunction", "matmul", "resolve", "__array_api_version__",
+    "custom", "fft", "linalg", "from_cl", "jit", "JitFunction", "matmul", "resolve", "__array_api_version__",
     "__array_namespace_info__", "newaxis", "all", "any",
     "can_cast", "concat", "eye",
     "finfo", "flip", "iinfo", "isdtype", "linspace", "matrix_transpose", "result_type", "stack", "std", "tril", "triu",
