@@ -259,3 +259,21 @@ def test_a_zero_d_value_in_a_block_is_written_once_and_a_block_of_them_grows():
         got = z.numpy()
     assert len(rec.kernels) == 1
     np.testing.assert_allclose(got, 4 * a, rtol=1e-6)
+
+
+def test_an_empty_op_shares_no_kernel_with_values_of_another_size():
+    # A block of one-element values used to take the shape of an empty op ("grows") and
+    # run it at the block's one element: its strided input's coordinates were divided by a
+    # zero dimension (SIGFPE on x86) and its empty output written past its end.
+    host = np.arange(6, dtype=np.int64).reshape(2, 3)
+    empty_view = clients.asarray(host)[:, :0]
+    with clients.inspect() as rec:
+        a = clients.full((), 2, dtype=clients.int32)
+        b = empty_view * a
+        d = clients.full((), 5, dtype=clients.int64)
+        e = clients.full((4,), 7, dtype=clients.int64) + clients.sum(b)
+        assert int(a) == 2 and b.numpy().shape == (2, 0) and int(d) == 5
+        np.testing.assert_array_equal(e.numpy(), np.full(4, 7))
+    # The empty product runs nowhere (no kernel has it), the values around it alone.
+    assert not any("multiply" in k.ops for k in rec.kernels), rec.explain()
+    assert "one is empty" in rec.explain()

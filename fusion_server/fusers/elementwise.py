@@ -95,6 +95,10 @@ class ElementwiseFuser(LimitedFuser):
             if shape != self.shape:
                 size = size_of(shape)
                 if size != self.size:
+                    if not size or not self.size:
+                        # (an empty op has no element to compute a value broadcast to the
+                        # block, nor may its outputs be written at the block's elements)
+                        return self._close(f"shape {shape} and the block's {self.shape}: one is empty")
                     if single:  # a value broadcast to the block (max(b) - min(b)): computed at every element
                         size = self.size
                     elif self.size == 1 and self.all_single:
