@@ -6,7 +6,6 @@ from __future__ import annotations
 import weakref
 
 import numpy as np
-import pyopencl as cl
 import pyopencl.array as cla
 
 from fusion_server import dtypes as dt
@@ -55,25 +54,14 @@ def host_view(x: Tensor) -> np.ndarray:
                           "array of them is a copy (copy=False cannot hold)")
     if _traced.tracing:
         _traced.refuse_read("maps a tensor's buffer")
-    itemsize = x.dtype.itemsize
-
-    def pin(server):
-        entry = server.resolve(x._id)
-        lo, hi = span_of(entry.ir.shape, entry.strides, entry.offset)
-        if hi == lo:
-            return entry.storage, None, None, lo
-        flat, event = cl.enqueue_map_buffer(server.runtime.queue, entry.storage.buffer,
-                                            cl.map_flags.READ | cl.map_flags.WRITE, lo * itemsize,
-                                            (hi - lo,), x.dtype)
-        return entry.storage, flat, event, entry.offset - lo
-
-    storage, flat, event, start = client.call(pin)
-    if flat is None:
+    storage, span, event, start = client.call(lambda server: server.map_to_host(x._id))
+    if span is None:
         client.unpins.append(storage)
         return np.empty(x.shape, x.dtype)
     waits.wait(event, client.spin_seconds)  # (the device wait, with the lock released)
-    view = np.lib.stride_tricks.as_strided(flat[start:], x.shape, tuple(s * itemsize for s in x.strides_elements))
-    weakref.finalize(flat, client.unpins.append, storage)  # (the map ends with the last array over it)
+    strides = tuple(s * x.dtype.itemsize for s in x.strides_elements)
+    view = np.lib.stride_tricks.as_strided(span[start:], x.shape, strides)
+    weakref.finalize(span, client.unpins.append, storage)  # (the map ends with the last array over it)
     return view
 
 

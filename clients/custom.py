@@ -119,7 +119,8 @@ def elementwise(
     # builds for integers only); each dtype it is called with is checked at its first
     # call, so an expression that does not fit its inputs raises where it is used.
     client = client_for()
-    kinds = [dt.float32, dt.int32, dt.int64] + ([dt.float64] if client.fp64 else [])
+    # (complex64 last: an expression over complex values sees float2 values, .x the real part)
+    kinds = [dt.float32, dt.int32, dt.int64] + ([dt.float64] if client.fp64 else []) + [dt.complex64]
     reasons = []
     for d in kinds:
         reasons.append(check(client.server, d, out_dtype or d))

@@ -619,6 +619,21 @@ class FusionServer:
         self.pinned.add(entry.storage)
         return entry
 
+    def map_to_host(self, tid: int) -> tuple[Storage, np.ndarray | None, cl.Event | None, int]:
+        """`tid`'s buffer mapped to the host, pinned as `resolve` pins it: (storage, the
+        mapped span of elements its layout touches, event, where its first element is in
+        that span). None and None for a tensor of no elements. Only for CPU devices,
+        whose buffers are host memory (elsewhere a map is a copy)."""
+        if self.info.kind != "CPU":
+            raise FusionError(f"device {self.info.name!r} keeps its buffers in its own memory: no map without a copy")
+        entry = self.resolve(tid)
+        lo, hi = span_of(entry.ir.shape, entry.strides, entry.offset)
+        if hi == lo:
+            return entry.storage, None, None, 0
+        itemsize = entry.ir.dtype.itemsize
+        span, event = self.runtime.map(entry.storage.buffer, lo * itemsize, hi - lo, entry.ir.dtype)
+        return entry.storage, span, event, entry.offset - lo
+
     def unpin(self, storage: Storage) -> None:
         storage.pins -= 1
         if storage.pins <= 0:

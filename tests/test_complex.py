@@ -300,3 +300,15 @@ def test_jit_replays_complex_work_with_new_scalars(dtype):
     after = clients.stats()
     assert after["jit_traces"] - before["jit_traces"] == 1
     assert after["jit_replays"] - before["jit_replays"] == 2
+
+
+def test_a_custom_op_over_complex_values_sees_float2_and_fuses():
+    # (a complex value in a custom expression is its OpenCL vector: .x real, .y imaginary)
+    swap = clients.custom.elementwise("swap_parts", "(float2)(z.y, z.x)", inputs=("z",))
+    a = values(np.complex64, 50, 24)
+    x = clients.asarray(a)
+    with clients.inspect() as rec:
+        got = swap(x * 2) + 1j
+        got.numpy()
+    assert len(rec.kernels) == 1, rec.explain()
+    close(got, (a.imag * 2 + 1j * a.real * 2 + 1j).astype(np.complex64))

@@ -81,6 +81,15 @@ class DeviceRuntime:
         self.queue.flush()
         return event
 
+    def map(self, buf: cl.Buffer, byte_offset: int, count: int, dtype: np.dtype) -> tuple[np.ndarray, cl.Event]:
+        """`count` elements of `buf` from `byte_offset` as a host array over the buffer's
+        own memory where the device's is the host's (a CPU device), read and written in
+        place; unmapped when the array is collected. Wait on the event before using it."""
+        array, event = cl.enqueue_map_buffer(self.queue, buf, cl.map_flags.READ | cl.map_flags.WRITE, byte_offset,
+                                             (count,), dtype)
+        self.queue.flush()
+        return array, event
+
     def marker(self) -> cl.Event:
         """An event that completes after all enqueued work, which is submitted now: a
         driver may hold commands until a flush or a blocking wait (NVIDIA's does), and a
