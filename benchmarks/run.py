@@ -15,6 +15,7 @@ from typing import Any
 
 from . import (
     common,
+    complex_chain,
     composites,
     elementwise_chain,
     host_cost,
@@ -72,6 +73,10 @@ TARGETS = [
     ("cumulative_sum, many rows: torch / fused (speed)", ("scans", "cases", "many rows", "torch_over_fused",
                                                           "paired_median"), ">=", None),
     ("x ** 2 / x * x (time)", ("powers", "square_over_multiply"), "<=", 1.1),
+    ("complex64 chain: kernels per fused run", ("complex", "kernels_per_fused_run"), "==", 1),
+    ("complex64 chain: fused vs numpy (speed)", ("complex", "ratios", "fused_vs_numpy"), ">=", 1.0),
+    ("complex64 chain: fused vs torch (speed)", ("complex", "ratios", "fused_vs_torch"), ">=", None),
+    ("complex64 chain: fused vs torch CUDA (speed)", ("complex", "ratios", "fused_vs_torch-cuda"), ">=", None),
     ("x ** 0.5 / sqrt(x) (time)", ("powers", "root_over_sqrt"), "<=", None),
     ("box blur of x ** 2.2: kernels per run", ("stencils", "cases", "box blur (image pipeline)", "kernels_per_run"),
      "==", 1),
@@ -178,6 +183,7 @@ def main(argv: list[str] | None = None) -> dict:
     results["powers"] = _attempt("powers", powers, args.size, args.repeat)
     results["scans"] = _attempt("scans", scans, args.size, args.repeat)
     results["jit"] = _attempt("jit", jit, args.size, max(5, args.repeat // 2))
+    results["complex"] = _attempt("complex_chain", complex_chain, args.size, args.repeat)
     results["seconds"] = time.perf_counter() - start
     results["load_average_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     results["summary"] = [dict(zip(("measure", "value", "target", "met"), r)) for r in summary(results)]
