@@ -312,3 +312,17 @@ def test_a_custom_op_over_complex_values_sees_float2_and_fuses():
         got.numpy()
     assert len(rec.kernels) == 1, rec.explain()
     close(got, (a.imag * 2 + 1j * a.real * 2 + 1j).astype(np.complex64))
+
+
+def test_a_recurring_complex_block_replays_from_the_plan_store(dtype):
+    a = values(dtype, 64, 25)
+    x = clients.asarray(a)
+    results = []
+    for _ in range(3):  # (the first explores, the next ones replay its decision)
+        before = clients.stats()
+        got = clients.sqrt(x * x + 1j) - clients.conj(x)
+        results.append(got.numpy())
+        after = clients.stats()
+    assert after["plan_hits"] > before["plan_hits"] and after["explorations"] == before["explorations"]
+    for r in results:
+        np.testing.assert_allclose(r, np.sqrt(a * a + 1j) - np.conj(a), rtol=10 * RTOL[dtype])
