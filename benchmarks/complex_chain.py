@@ -102,14 +102,13 @@ def run(size: str = "large", repeat: int = 10) -> dict:
         variants[name] = fn
     check("numpy", variants["numpy"](), want)
     timings = common.time_rounds(variants, repeat, warmup=1, apart=("torch-cuda",))
-    fused = timings["fused"].median
     return {
         "benchmark": NAME,
         "elements": n,
         "kernels_per_fused_run": kernels,
         "torch": torch_note,
         "variants": {k: t.to_dict() for k, t in timings.items()},
-        "ratios": {f"fused_vs_{k}": t.median / fused for k, t in timings.items() if k != "fused"},
+        "ratios": {f"fused_vs_{k}": common.ratio(t, timings["fused"]) for k, t in timings.items() if k != "fused"},
     }
 
 
@@ -117,7 +116,8 @@ def report(result: dict) -> None:
     rows = [[k, common.ms(v["median_s"]), common.ms(v["min_s"])] for k, v in result["variants"].items()]
     common.print_table(f"complex64 chain over {result['elements']} elements ({result['kernels_per_fused_run']} "
                        "kernel fused)", ["variant", "median ms", "min ms"], rows)
-    print("fused speed-up: " + ", ".join(f"{k[len('fused_vs_'):]} {v:.2f}x" for k, v in result["ratios"].items()))
+    print("fused speed-up: " + ", ".join(f"{k[len('fused_vs_'):]} {v['of_medians']:.2f}x"
+                                         for k, v in result["ratios"].items()))
     print(f"torch: {result['torch']}")
 
 

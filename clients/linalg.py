@@ -25,6 +25,7 @@ from . import _functions as F
 from . import _reductions as R
 from ._linalg import matmul
 from ._manipulation import tensordot
+from ._sorting import _tensor as _tensor_of
 from .tensor import Tensor
 
 __all__ = [
@@ -66,11 +67,7 @@ class SVDResult(NamedTuple):
 
 # -- on the device ----------------------------------------------------------------------
 def _tensor(x: Any, what: str) -> Tensor:
-    if type(x) is Tensor:
-        return x
-    if isinstance(x, (np.ndarray, list, tuple)):
-        return F.asarray(x)
-    raise TypeError(f"linalg.{what}() takes a tensor, not {type(x).__name__}")
+    return _tensor_of(x, f"linalg.{what}")
 
 
 def _matrices(x: Any, what: str, square: bool = False, inexact: bool = True) -> Tensor:
