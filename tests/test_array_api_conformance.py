@@ -225,3 +225,21 @@ def test_linspace_rejects_bool():
 
 def test_broadcast_arrays_of_nothing_is_empty():
     assert clients.broadcast_arrays() == ()
+
+
+def test_dlpack_without_a_copy_of_an_empty_tensor():
+    t = clients.asarray(np.zeros((0, 3), np.float32))
+    if clients.client_for().server.info.kind != "CPU":
+        pytest.skip("a zero-copy export exists on CPU devices only")
+    assert np.from_dlpack(t, copy=False).shape == (0, 3)
+
+
+def test_map_to_host_refuses_a_device_with_its_own_memory(server, monkeypatch):
+    t = clients.asarray(np.ones(3, np.float32))
+    import dataclasses
+
+    monkeypatch.setattr(server, "info", dataclasses.replace(server.info, kind="GPU"))
+    with pytest.raises(BufferError, match="copy=False"):
+        t.__dlpack__(copy=False)
+    with pytest.raises(clients.FusionError, match="no map without a copy"):
+        server.map_to_host(t._id)

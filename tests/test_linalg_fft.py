@@ -148,3 +148,40 @@ def test_frequencies_and_shifts():
                                       np.fft.ifftshift(y, axes))
     with pytest.raises(TypeError, match="real floating"):
         fft.fftfreq(4, dtype=clients.int32)
+
+
+def test_bad_arguments_raise_at_the_call():
+    v = clients.asarray(np.ones(3, np.float32))
+    m = clients.asarray(np.ones((3, 3), np.float32))
+    cases = [
+        (ValueError, lambda: linalg.diagonal(v)),
+        (ValueError, lambda: linalg.outer(m, v)),
+        (TypeError, lambda: linalg.cross(clients.asarray(np.ones(3, bool)), v)),
+        (np.exceptions.AxisError, lambda: linalg.cross(v, v, axis=0)),
+        (ValueError, lambda: linalg.matrix_norm(m, ord=3)),
+        (ValueError, lambda: linalg.qr(m, mode="raw")),
+        (TypeError, lambda: linalg.solve(clients.asarray(np.eye(2, dtype=np.int32)),
+                                         clients.asarray(np.ones(2, np.int32)))),
+        (TypeError, lambda: linalg.vector_norm(clients.asarray(np.ones(3, np.int32)))),
+        (TypeError, lambda: linalg.det("not a tensor")),
+        (TypeError, lambda: fft.fft(np.ones(4))),
+        (TypeError, lambda: fft.fft(v)),  # (a real tensor: fft takes complex ones)
+        (TypeError, lambda: fft.rfft(clients.asarray(np.ones(4, np.complex64)))),
+        (ValueError, lambda: fft.fft(clients.asarray(np.ones(4, np.complex64)), n=0)),
+        (ValueError, lambda: fft.fftfreq(0)),
+        (TypeError, lambda: fft.fftshift(np.ones(4))),
+    ]
+    for error, call in cases:
+        with pytest.raises(error):
+            call()
+    np.testing.assert_array_equal(v.numpy(), np.ones(3, np.float32))  # (the server is intact)
+
+
+def test_norms_and_shifts_of_edge_shapes():
+    empty = clients.asarray(np.zeros((0, 3), np.float32))
+    np.testing.assert_array_equal(linalg.vector_norm(empty, axis=0, ord=math.inf).numpy(), np.zeros(3))
+    assert fft.fftshift(clients.asarray(np.arange(4.0)), axes=()).numpy().tolist() == [0, 1, 2, 3]
+    m = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(linalg.matrix_power(clients.asarray(m[:, :2]), 1).numpy(), m[:, :2])
+    np.testing.assert_array_equal(clients.from_dlpack(clients.asarray(np.zeros((0, 2))), copy=True).numpy(),
+                                  np.zeros((0, 2)))
