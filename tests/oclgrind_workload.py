@@ -70,6 +70,17 @@ def main() -> None:
     check("custom vector", soft(tm * 4.0), np.where(m * 4 > 20, m * 4, np.log1p(np.exp(m * 4))))
     mixed = clients.custom.elementwise("mixed", "select(a, b, (int)(a > b))", inputs=("a", "b"))
     check("custom scalar-only", mixed(tm, tcol), np.where(m > col, col, m))
+    # Complex values (scalar code over float2): the functions' helpers, reductions, matmul,
+    # a scan.
+    z = (rng.standard_normal((4, 9)) + 1j * rng.standard_normal((4, 9))).astype(np.complex64)
+    tz = clients.asarray(z)
+    check("complex chain", clients.exp(tz * 0.5j) / (tz + 2) + clients.abs(tz), np.exp(z * 0.5j) / (z + 2) + np.abs(z))
+    check("complex sqrt log", clients.sqrt(tz) + clients.log(tz) * clients.conj(tz),
+          np.sqrt(z) + np.log(z) * np.conj(z))
+    check("complex sum", clients.sum(tz, axis=1), z.sum(axis=1))
+    check("complex prod", clients.prod(tz[:, :4], axis=0), z[:, :4].prod(axis=0))
+    check("complex matmul", tz @ tz.T, z @ z.T)
+    check("complex cumsum", clients.cumulative_sum(tz, axis=1), np.cumsum(z, axis=1))
     # Stencils over a dear value, staged in local memory (a barrier between the parts):
     # one tile, ragged tiles, a single row.
     for shape in ((5, 7), (40, 90), (1, 300)):
