@@ -28,7 +28,7 @@ from .fusers.elementwise import ElementwiseFuser, ElementwisePlan
 from .fusers.matmul import MatmulFuser, MatmulPlan
 from .fusers.move import ConcatPlan, MovePlan
 from .fusers.reduce import ReduceFuser, ReducePlan
-from .fusers.scan import ScanPlan
+from .fusers.scan import ScanFuser, ScanPlan
 from .fusers.search import SearchPlan
 from .fusers.sort import SortPlan
 from .handles import FAILED, PENDING, READY, HandleContainer, Storage, pending_entry, span_of
@@ -203,6 +203,7 @@ class FusionServer:
         if self.mode != "eager":
             fusers.append(ReduceFuser(self.max_bindings, ops))
             fusers.append(MatmulFuser(self.max_bindings, ops))
+            fusers.append(ScanFuser(self.max_bindings, ops))
             fusers.extend(GuardedFuser(factory(self.ctx)) for factory in self.fuser_factories)
         return fusers
 

@@ -16,16 +16,23 @@ Each element is read twice and written once, and the association differs from a
 sequential scan only at chunk boundaries. Values are accumulated in `acc` (double for
 float32 where the device has it; for integers the unsigned type of their size, so that
 overflow wraps as numpy's does, then read back as the signed type).
+
+A scan may have an element-wise prologue (`prologue`, the trace of the ops that compute
+its input): the phases that read the input compute it instead, at each element, from the
+prologue's inputs (C-ordered tensors of the scan's shape) and scalars.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import NamedTuple
 
 import numpy as np
 
 from .. import dtypes as dt
 from . import complex_math
+from . import elementwise as ew
+from . import expressions as ex
 from . import signature as sig
 
 PHASES = ("totals", "offsets", "write")
@@ -44,6 +51,19 @@ class ScanSpec(NamedTuple):
     acc: np.dtype  # what values accumulate in
     group: int = 0  # tile phases: work-items per work-group (a power of two)
     per_item: int = 0  # tile phases: elements per work-item (a tile holds group * per_item)
+    # The element-wise ops that compute the input (the phases that read it), or None: the
+    # input is a tensor. Its inputs are "contig"; its outputs, the scanned value and then
+    # the values the write phase writes too (needed after the block).
+    prologue: ew.KernelSpec | None = None
+
+
+READS = ("totals", "write", "tile_totals", "tile_write")  # the phases that read the input
+WRITES = ("write", "tile_write")  # the phases that write prologue values (each element once)
+
+
+def _written(spec: ScanSpec) -> tuple[int, ...]:
+    """The prologue values this phase writes (value indices)."""
+    return spec.prologue.outputs[1:] if spec.prologue is not None and spec.phase in WRITES else ()
 
 
 def scalar_variant(spec: ScanSpec) -> None:
@@ -53,7 +73,8 @@ def scalar_variant(spec: ScanSpec) -> None:
 
 def kernel_name(spec: ScanSpec) -> str:
     tile = f"_{spec.group}x{spec.per_item}" if spec.group else ""
-    return f"scan_{spec.name}_{spec.phase}_{spec.dtype.name}_{spec.acc.name}{tile}"
+    fused = f"_{hashlib.sha1(repr(spec.prologue).encode()).hexdigest()[:10]}" if spec.prologue else ""
+    return f"scan_{spec.name}_{spec.phase}_{spec.dtype.name}_{spec.acc.name}{tile}{fused}"
 
 
 def parameters(spec: ScanSpec) -> tuple[sig.Param, ...]:
@@ -70,8 +91,15 @@ def parameters(spec: ScanSpec) -> tuple[sig.Param, ...]:
         local = (sig.raw("local", "__local ACC *part"),)
     elif spec.phase == "tile_write":
         local = (sig.raw("local", "__local ACC *buf"), sig.raw("local", "__local ACC *carry"))
-    return (sig.raw("input", "__global const T *x"), sig.scalar(i64, "x0"), sig.raw("out", "__global T *y"),
-            sig.raw("out", "__global ACC *totals"), *sizes, *local)
+    pro = spec.prologue
+    if pro is None:
+        reads: tuple[sig.Param, ...] = (sig.raw("input", "__global const T *x"), sig.scalar(i64, "x0"))
+    else:
+        reads = tuple(sig.input_(dtype, f"in{k}") for k, (dtype, _) in enumerate(pro.inputs))
+    scalars = () if pro is None else tuple(sig.scalar(dtype, f"a{k}") for k, dtype in enumerate(pro.scalars))
+    writes = tuple(sig.out(pro.ops[j].out, f"w{m}") for m, j in enumerate(_written(spec)))
+    return (*reads, sig.raw("out", "__global T *y"), sig.raw("out", "__global ACC *totals"), *writes, *sizes,
+            *local, *scalars)
 
 
 def arg_dtypes(spec: ScanSpec) -> list:
@@ -106,6 +134,34 @@ def _combine(spec: ScanSpec) -> str:
     if spec.acc.kind == "c" and spec.name == "prod":
         return complex_math.call("multiply", ["(a)", "(b)"], dt.CL_NAME[dt.real_of(spec.acc)])
     return COMBINE[spec.name]
+
+
+def _row_input(spec: ScanSpec) -> list[str]:
+    """The row's input, which AT(i) reads: a pointer to the tensor's row, or nothing (the
+    prologue computes each element, see `_prologue`)."""
+    return [] if spec.prologue is not None else ["  __global const T *in = x + x0 + row * n;"]
+
+
+def _prologue(spec: ScanSpec) -> list[str]:
+    """Source defining AT(i), element i of the current row: read, or computed by the
+    prologue's ops from its inputs at the element's flat index."""
+    pro = spec.prologue
+    if pro is None:
+        return ["#define AT(i) in[i]"]
+    written = _written(spec)
+    params = [f"__global const {dt.CL_NAME[d]} *in{k}" for k, (d, _) in enumerate(pro.inputs)]
+    params += [f"const {dt.CL_NAME[d]} a{k}" for k, d in enumerate(pro.scalars)]
+    params += [f"__global {dt.CL_NAME[pro.ops[j].out]} *w{m}" for m, j in enumerate(written)]
+    args = [f"in{k}" for k in range(len(pro.inputs))] + [f"a{k}" for k in range(len(pro.scalars))]
+    args += [f"w{m}" for m in range(len(written))]
+    lines = [f"static T scan_value({', '.join(['const long idx', *params])})", "{"]
+    lines += [f"  const {dt.CL_NAME[d]} x{k} = in{k}[idx];" for k, (d, _) in enumerate(pro.inputs)]
+    lines += [f"  const {dt.CL_NAME[d]} s{k} = a{k};" for k, d in enumerate(pro.scalars)]
+    for j, op in enumerate(pro.ops):
+        lines += ["  " + line for line in ew._op_expr(pro, op, j, 1)]
+    lines += [f"  w{m}[idx] = v{j};" for m, j in enumerate(written)]
+    lines += [f"  return v{pro.outputs[0]};", "}"]
+    return lines + [f"#define AT(i) scan_value(row * n + (i){''.join(', ' + a for a in args)})"]
 
 
 def _hillis_steele(ident: str) -> list[str]:
@@ -154,14 +210,14 @@ def _tile_body(spec: ScanSpec) -> list[str]:
         "  const int lid = get_local_id(0);",
         "  const long row = g / chunks, c = g - row * chunks;",
         "  const long start = c * chunk;",
-        "  __global const T *in = x + x0 + row * n;",
+        *_row_input(spec),
     ]
     if spec.phase == "tile_totals":
         return head + [
             f"  ACC s = {ident};",
             "  for (int j = 0; j < K; ++j) {",
             "    const long i = start + (long)j * L + lid;",
-            "    if (i < n) s = COMBINE(s, LOAD(in[i]));",
+            "    if (i < n) s = COMBINE(s, LOAD(AT(i)));",
             "  }",
             "  part[lid] = s;",
             "  barrier(CLK_LOCAL_MEM_FENCE);",
@@ -175,7 +231,7 @@ def _tile_body(spec: ScanSpec) -> list[str]:
         "  __global T *out = y + row * n;",
         "  for (int j = 0; j < K; ++j) {",
         "    const long i = start + (long)j * L + lid;",
-        f"    buf[j * L + lid] = i < n ? LOAD(in[i]) : {ident};",
+        f"    buf[j * L + lid] = i < n ? LOAD(AT(i)) : {ident};",
         "  }",
         "  barrier(CLK_LOCAL_MEM_FENCE);",
         f"  ACC s = {ident};",
@@ -199,7 +255,12 @@ def _tile_body(spec: ScanSpec) -> list[str]:
 def generate(spec: ScanSpec) -> tuple[str, str]:
     """OpenCL C source of `spec`'s kernel and the kernel's name."""
     name = kernel_name(spec)
-    src = dt.fp64_pragma((spec.dtype, spec.acc))
+    pro = spec.prologue
+    if pro is not None and spec.phase in READS:
+        dtypes = {spec.dtype, spec.acc, *ew.dtypes_of(pro.ops, pro.scalars), *(d for d, _ in pro.inputs)}
+        src = ex.prelude(pro.ops, dtypes)
+    else:
+        src = dt.fp64_pragma((spec.dtype, spec.acc))
     if spec.acc.kind == "c" and spec.name == "prod":
         src.append(complex_math.source(["multiply"], dt.CL_NAME[dt.real_of(spec.acc)]))
     src += [
@@ -208,6 +269,7 @@ def generate(spec: ScanSpec) -> tuple[str, str]:
         f"#define COMBINE(a, b) ({_combine(spec)})",
         f"#define STORE(v) {_store(spec)}",
         f"#define LOAD(v) {_load(spec)}",
+        *(_prologue(spec) if spec.phase in READS else []),
         f"__kernel void {name}({sig.declare(parameters(spec))})",
         "{",
     ]
@@ -235,12 +297,12 @@ def generate(spec: ScanSpec) -> tuple[str, str]:
         "  const long row = item / chunks, c = item - row * chunks;",
         "  const long start = c * chunk;",
         "  const long stop = min(n, start + chunk);",
-        "  __global const T *in = x + x0 + row * n;",
+        *_row_input(spec),
     ]
     if spec.phase == "totals":
         src += [
             f"  ACC s = {_identity(spec)};",
-            "  for (long i = start; i < stop; ++i) s = COMBINE(s, LOAD(in[i]));",
+            "  for (long i = start; i < stop; ++i) s = COMBINE(s, LOAD(AT(i)));",
             "  totals[item] = s;",
             "}",
         ]
@@ -249,7 +311,7 @@ def generate(spec: ScanSpec) -> tuple[str, str]:
             f"  ACC s = chunks > 1 ? totals[item] : {_identity(spec)};",
             "  __global T *out = y + row * n;",
             "  for (long i = start; i < stop; ++i) {",
-            "    s = COMBINE(s, LOAD(in[i]));",
+            "    s = COMBINE(s, LOAD(AT(i)));",
             "    out[i] = STORE(s);",
             "  }",
             "}",
