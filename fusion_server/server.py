@@ -234,7 +234,8 @@ class FusionServer:
         which the relative form leaves out."""
         if self.fuser_factories or not self.plan_store_enabled:
             return None
-        key = (self.mode, self.max_bindings, self.max_ops)
+        # (the scan strategy decides whether a scan takes the work before it: see ScanFuser)
+        key = (self.mode, self.max_bindings, self.max_ops, self.scan_strategy)
         store = self.plan_stores.get(key)
         if store is None:
             store = self.plan_stores[key] = PlanStore()

@@ -118,8 +118,11 @@ def test_fused_work_around_a_scan_and_a_jitted_scan_replays_with_new_values(stra
     want = np.cumsum(np.exp(a.astype(np.float64)) * 2.0, axis=1) - 1.0
     np.testing.assert_allclose(got, want, rtol=2e-5)
     kinds = [k.kind for k in rec.kernels]
-    # The scan computes exp(a) * 2 where it reads it; the subtraction after it is its own kernel.
-    assert kinds.count("elementwise") == 1 and kinds.count("scan") == _expected_kernels(4, 3000), rec.explain()
+    # In tiles the scan computes exp(a) * 2 where it reads it (in chunks, on CPUs, that costs
+    # more than a kernel of its own: see ScanFuser); the subtraction after it is its own kernel.
+    fused = strategy == "tiles"
+    assert kinds.count("elementwise") == (1 if fused else 2), rec.explain()
+    assert kinds.count("scan") == _expected_kernels(4, 3000), rec.explain()
     assert all(k.ops[:2] == ["exp", "multiply"] for k in rec.kernels if k.kind == "scan" and len(k.ops) > 1)
     step = xp.jit(lambda t, c: xp.cumulative_prod(t * c, axis=0))
     for scale in (0.5, 2.0):
@@ -160,15 +163,19 @@ def test_rows_that_start_inside_their_buffer(strategy):
 
 
 @pytest.mark.parametrize("shape", [(9,), (3, 2000)])
-def test_the_work_before_a_scan_is_computed_where_it_reads(shape, strategy):
+def test_the_work_before_a_scan_is_computed_where_it_reads_in_tiles(shape, strategy):
     a, b = _data(shape, np.float32), _data(shape, np.float32)
     x, w = xp.asarray(a), xp.asarray(b)
     with xp.inspect() as rec:
         got = xp.cumulative_sum(xp.exp(x * 0.5) * w + 1.0, axis=-1).numpy()
     _check_sum(got, np.cumsum(np.exp(a.astype(np.float64) * 0.5) * b + 1.0, axis=-1).astype(np.float32))
-    assert [k.kind for k in rec.kernels] == ["scan"] * _expected_kernels(*(1, *shape)[-2:]), rec.explain()
-    assert rec.kernels[0].ops == ["multiply", "exp", "multiply", "add", "cumulative_sum"]
-    assert "fuser scan" in rec.explain()
+    scans = ["scan"] * _expected_kernels(*(1, *shape)[-2:])
+    if strategy == "tiles":
+        assert [k.kind for k in rec.kernels] == scans, rec.explain()
+        assert rec.kernels[0].ops == ["multiply", "exp", "multiply", "add", "cumulative_sum"]
+        assert "fuser scan" in rec.explain()
+    else:  # (see ScanFuser: on CPUs the element-wise kernel and the scan cost less)
+        assert [k.kind for k in rec.kernels] == ["elementwise", *scans], rec.explain()
 
 
 def test_a_prologue_value_needed_after_the_scan_is_written_by_it(strategy):
@@ -178,7 +185,7 @@ def test_a_prologue_value_needed_after_the_scan_is_written_by_it(strategy):
         y = xp.exp(x * 0.1)  # kept: the scan's last phase writes it
         total = xp.cumulative_prod(y * 0.999, axis=1)
         kept, prod = y.numpy(), total.numpy()
-    assert "elementwise" not in [k.kind for k in rec.kernels], rec.explain()
+    assert ("elementwise" in [k.kind for k in rec.kernels]) == (strategy == "chunks"), rec.explain()
     np.testing.assert_allclose(kept, np.exp(a * 0.1), rtol=1e-12)
     np.testing.assert_allclose(prod, np.cumprod(np.exp(a * 0.1) * 0.999, axis=1), rtol=1e-9)
 

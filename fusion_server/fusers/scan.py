@@ -4,9 +4,9 @@ that gives a scan the element-wise ops computing its input.
 A row is cut into chunks so that the device has work enough; a row that gives one chunk
 needs one kernel, others three. CPUs take chunks a work-item scans alone ("chunks": a few
 per core); GPUs tiles a work-group scans in local memory with loads that coalesce
-("tiles"). A scan alone reads its input; one the ScanFuser took computes it, in each phase
-that reads it, from the prologue's inputs (`cumulative_sum(exp(x) * w)` is one kernel per
-phase, and the product is never written).
+("tiles"). A scan alone reads its input; one the ScanFuser took (in tiles: see why there)
+computes it, in each phase that reads it, from the prologue's inputs
+(`cumulative_sum(exp(x) * w)` is one kernel per phase, and the product is never written).
 """
 
 from __future__ import annotations
@@ -48,11 +48,15 @@ def tile_shape(ctx: BlockContext, acc: np.dtype) -> tuple[int, int]:
     return group, per_item
 
 
+def strategy_of(ctx: BlockContext) -> str:
+    """"tiles" (GPUs) or "chunks" (other devices), unless the server's setting says."""
+    return ctx.scan_strategy or ("tiles" if ctx.info.kind == "GPU" else "chunks")
+
+
 def layout(ctx: BlockContext, n: int, rows: int, acc: np.dtype) -> tuple[tuple[str, ...], int, int, int, int]:
     """How `rows` rows of `n` are scanned: the phases, the tile's work-group and elements per
     work-item (0, 0 for chunks), the chunk (or tile) length, and chunks per row."""
-    strategy = ctx.scan_strategy or ("tiles" if ctx.info.kind == "GPU" else "chunks")
-    if strategy == "tiles":
+    if strategy_of(ctx) == "tiles":
         group, per_item = tile_shape(ctx, acc)
         chunk, phases = group * per_item, sc.TILE_PHASES
     else:
@@ -66,8 +70,17 @@ class ScanFuser(LimitedFuser):
     """Claims element-wise ops and the scan that reads the last one's value: the scan
     computes them where it reads its input, and writes those needed after the block in
     its last phase. Taken where their tensor inputs are C-ordered tensors of the scan's
-    shape, read at the same flat index; otherwise the element-wise fuser takes the ops
-    and the scan runs alone."""
+    shape, read at the same flat index, and where the scan runs in tiles; otherwise the
+    element-wise fuser takes the ops and the scan runs alone.
+
+    Why only in tiles (GPUs): there each work-item computes its elements in parallel, as
+    an element-wise kernel would, and the prologue's value is never written or read back:
+    cumulative_sum(exp(x) * 0.5) over 4096^2 float32 took 0.215 ms of kernel time fused
+    against 0.252 for the element-wise kernel and the scan (H200). In chunks (CPUs) a
+    work-item walks its chunk in order, twice, so the prologue runs twice as scalar code
+    that the compiler cannot vectorize across the scan's dependency: 7.2 ms fused against
+    2.0 for the two kernels over 1024^2 (PoCL 3.0, 2 cores), and 2.2 against 1.8 for a
+    prologue as cheap as x * 0.5 + 1."""
 
     name = "scan"
 
@@ -90,7 +103,7 @@ class ScanFuser(LimitedFuser):
             self.prologue.append(op)
             return True
         if type(op) is ScanOp and self.prologue:
-            why = self._refusal(op, ctx)
+            why = self._refusal(op, ctx) if strategy_of(ctx) == "tiles" else "scans in chunks take no prologue"
             if why:
                 return self._close(why)
             self.scan = op
