@@ -149,10 +149,16 @@ _FLOAT_CALL1 = {
 _FLOAT_CALL2 = {"atan2", "hypot", "copysign", "pow", "nextafter"}
 
 
+def needs_helper(name: str, compute: np.dtype) -> bool:
+    """Whether op `name` computing in `compute` calls a helper function with branches
+    (`helper_source`)."""
+    return name in SCALAR_ONLY or (name in SCALAR_ONLY_INT and dt.is_int(compute))
+
+
 def needs_scalar_code(name: str, compute: np.dtype) -> bool:
     """Whether an op's kernel must run one element per work-item: an op with a helper of
     branches, or one over complex values (whose type is a vector already)."""
-    return name in SCALAR_ONLY or (name in SCALAR_ONLY_INT and dt.is_int(compute)) or compute.kind == "c"
+    return needs_helper(name, compute) or compute.kind == "c"
 
 
 def prelude(ops, dtypes) -> list[str]:
@@ -160,8 +166,7 @@ def prelude(ops, dtypes) -> list[str]:
     with `dtypes`: no contraction of multiply-adds (results round as numpy's op by op),
     fp64 where used, and the helper functions the ops call."""
     src = ["#pragma OPENCL FP_CONTRACT OFF", *dt.fp64_pragma(dtypes)]
-    helpers = {(op.name, op.compute) for op in ops if op.name in SCALAR_ONLY or
-               (op.name in SCALAR_ONLY_INT and dt.is_int(op.compute))}
+    helpers = {(op.name, op.compute) for op in ops if needs_helper(op.name, op.compute)}
     src += [helper_source(name, compute) for name, compute in sorted(helpers, key=repr)]
     for compute in sorted({op.compute for op in ops if op.compute.kind == "c"}, key=repr):
         names = {op.name for op in ops if op.compute == compute and op.name in complex_math.FUNCTIONS}
@@ -271,7 +276,7 @@ def emit(
             op = ">" if name == "maximum" else "<"
             return pick(f"(({a}) {op} ({b})) | {is_nan(a)}", a, b, width), compute
         return f"{name[:3]}({a}, {b})", compute
-    if needs_scalar_code(name, compute):
+    if needs_helper(name, compute):
         return f"{helper_name(name, compute)}({a}, {b})", compute
     if name in _FLOAT_CALL2:
         return f"{name}({a}, {b})", compute
@@ -351,12 +356,13 @@ def _emit_complex(name: str, args: list[str], compute: np.dtype) -> tuple[str, n
         return f"(({a}).y)", real
     if name == "round":
         return f"rint({a})", compute  # (each part to the nearest even integer, as numpy)
+    # (compares rather than isnan() and the like, which PoCL calls as functions)
     if name == "isnan":
-        return f"(isnan(({a}).x) | isnan(({a}).y))", None
+        return f"({is_nan(f'({a}).x')} | {is_nan(f'({a}).y')})", None
     if name == "isinf":
-        return f"(isinf(({a}).x) | isinf(({a}).y))", None
+        return f"((fabs(({a}).x) == INFINITY) | (fabs(({a}).y) == INFINITY))", None
     if name == "isfinite":
-        return f"(isfinite(({a}).x) & isfinite(({a}).y))", None
+        return f"((fabs(({a}).x) < INFINITY) & (fabs(({a}).y) < INFINITY))", None
     if name in complex_math.FUNCTIONS:
         return complex_math.call(name, list(args), dt.CL_NAME[real]), real if name == "abs" else compute
     raise ValueError(f"no OpenCL template for element-wise op {name!r} of complex values")
