@@ -371,8 +371,10 @@ def isin(x1: Any, x2: Any, /, *, invert: bool = False) -> Tensor:
         hit = F.binary("equal", x1 if type(x1) is Tensor else F._as_tensor(x1, client), x2)
         return F.unary("logical_not", hit) if invert else hit
     t2 = x2 if type(x2) is Tensor else F._as_tensor(x2, client)
-    t1 = x1 if type(x1) is Tensor else F.full((), x1, F._promote((x1, t2)), device=t2.device) \
-        if F._is_scalar(x1) else F._as_tensor(x1, client)
+    if F._is_scalar(x1):
+        t1 = F.full((), x1, F._promote((x1, t2)), device=t2.device)
+    else:
+        t1 = x1 if type(x1) is Tensor else F._as_tensor(x1, client)
     if t2.size == 0 or t1.size == 0:
         return F.full(t1.shape, bool(invert), dt.bool_, device=t1.device)
     flat = F.reshape(t2, (-1,))

@@ -53,10 +53,6 @@ def is_float(dtype: np.dtype) -> bool:
     return dtype.kind == "f"
 
 
-def is_complex(dtype: np.dtype) -> bool:
-    return dtype.kind == "c"
-
-
 def is_inexact(dtype: np.dtype) -> bool:
     """Real or complex floating point."""
     return dtype.kind in "fc"

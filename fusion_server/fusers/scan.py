@@ -97,13 +97,16 @@ class ScanFuser(LimitedFuser):
             return False
         if self.scan is not None:
             return self._close("a scan ends its block")
+        if not self.prologue and strategy_of(ctx) != "tiles":
+            # (closed at once: on the per-op path of CPUs it would only collect ops in vain)
+            return self._close("scans in chunks take no prologue")
         if type(op) is ElementwiseOp:
             if len(self.prologue) + 1 >= self.max_ops:
                 return self._close("prologue is too long")
             self.prologue.append(op)
             return True
         if type(op) is ScanOp and self.prologue:
-            why = self._refusal(op, ctx) if strategy_of(ctx) == "tiles" else "scans in chunks take no prologue"
+            why = self._refusal(op, ctx)
             if why:
                 return self._close(why)
             self.scan = op
