@@ -181,9 +181,19 @@ def small_chain(rounds: int) -> dict:
         return hand_out.get()
 
     check("16-op chain, hand-written", hand_written(), want)
+    server = clients.client_for().server
+
+    def lazy_plain() -> np.ndarray:  # the same, each time through the plan store
+        server.run_cache_enabled = False
+        try:
+            return chain(ta, tb, tc, clients).numpy()
+        finally:
+            server.run_cache_enabled = True
+
     variants = {
         "jit": lambda: jitted(ta, tb, tc).numpy(),
         "lazy": lambda: chain(ta, tb, tc, clients).numpy(),
+        "lazy, no run cache": lazy_plain,
         "hand-written": hand_written,
         "pyopencl.array": lambda: chain(ga, gb, gc_, clmath).get(),
         "numpy": lambda: chain(a, b, c, np),
@@ -194,10 +204,14 @@ def small_chain(rounds: int) -> dict:
         variants[name] = torch_run
     timings = common.time_rounds(variants, rounds, warmup=3, apart=("torch-cuda",))
     out: dict = {"elements": SMALL, "variants": {k: t.to_dict() for k, t in timings.items()}, "torch": torch_note}
-    for name in ("jit", "lazy"):
+    for name in ("jit", "lazy", "lazy, no run cache"):
         for peer in ("hand-written", "pyopencl.array", "numpy", "torch", "torch-cuda"):
             if peer in timings:
                 out[f"{name}_over_{peer}"] = common.ratio(timings[name], timings[peer])
+    # Python byte codes of one lazy build + read (the run cache replays it; without it
+    # every op goes through the plan store): a count the machine's noise leaves alone.
+    out["lazy_bytecodes"] = common.bytecodes(variants["lazy"])
+    out["lazy_no_run_cache_bytecodes"] = common.bytecodes(lazy_plain)
     return out
 
 
@@ -261,11 +275,15 @@ def summary_rows(result: dict) -> list[list[Any]]:
         rows.append([f"jit call of {r['kernels']} kernels: CPU us (wall us {r['wall_us']:.1f})", r["cpu_us"], "us"])
     for name, v in s["variants"].items():
         rows.append([f"16-op chain x{s['elements']}, {name}", common.us(v["median_s"]), "us"])
-    for key in ("jit_over_hand-written", "jit_over_pyopencl.array", "lazy_over_pyopencl.array", "jit_over_torch",
+    for key in ("jit_over_hand-written", "jit_over_pyopencl.array", "lazy_over_pyopencl.array",
+                "lazy, no run cache_over_pyopencl.array", "lazy_over_torch", "lazy_over_torch-cuda", "jit_over_torch",
                 "jit_over_torch-cuda", "jit_over_numpy"):
         if key in s:
             rows.append([f"16-op chain x{s['elements']}: {key.replace('_over_', ' / ')} (time)",
                          s[key]["of_medians"], "x"])
+    rows.append([f"16-op chain x{s['elements']}, lazy: Python bytecodes", s["lazy_bytecodes"], ""])
+    rows.append([f"16-op chain x{s['elements']}, lazy, no run cache: Python bytecodes",
+                 s["lazy_no_run_cache_bytecodes"], ""])
     rows.append([f"16-op chain x{big['elements']}: jit vs hand-written (speed, wall)",
                  big["jit_vs_hand_written"]["of_medians"], "x"])
     return rows

@@ -185,7 +185,7 @@ class FusionClient:
         if self._owner == _get_ident():
             raise FusionError("a device wait was attempted while holding the server lock")
 
-    def call(self, fn: Callable[..., T], *args: Any, drain_after: bool = False) -> T:
+    def call(self, fn: Callable[..., T], *args: Any, drain_after: bool = False, flushing: int | None = None) -> T:
         """Run `fn(server, *args)` in a locked section.
 
         When it needs a kernel built (NeedsCompile, raised before anything changed), the
@@ -193,6 +193,8 @@ class FusionClient:
         point resumes where it stopped. What arrived without the lock (drops, unpins,
         ended threads) is applied first, or with `drain_after` once `fn` has returned:
         for an enqueue the device should start as soon as it can (a jitted call's).
+        `flushing`: `fn` runs this thread's queued work (-1: all of it; else the id of a
+        tensor it reads), which the run cache may then replay (`_run_queue`).
         """
         me = _get_ident()
         while True:
@@ -200,6 +202,8 @@ class FusionClient:
             with self._lock:
                 self._owner = me
                 try:
+                    if flushing is not None and self.queues.get(me):
+                        self._run_queue(me, None if flushing < 0 else flushing)
                     queue = self.queues.get(me)
                     if queue:
                         self._register_queue(me, queue)
@@ -217,6 +221,35 @@ class FusionClient:
                 finally:
                     self._owner = None
             job.run()  # outside the lock: other threads keep working meanwhile
+
+    def _run_queue(self, stream_id: int, tid: int | None) -> None:
+        """Before a flush: replay the thread's queue from the run cache, or capture it
+        there, if it is a recurring run (fusion_server/runs.py); the queue is then empty.
+        Else nothing happens, and the queue is registered as usual."""
+        server = self.server
+        queue = self.queues[stream_id]
+        run = server.find_run(stream_id, queue, tid)
+        if run is None:
+            return
+        variant = run.liveness(queue, server.handle_refs)
+        if self._arrived():
+            # What died frees its buffers before the run takes new ones, as when its ops
+            # are registered first (the queue keeps every handle they read alive).
+            self._drain()
+        if server.replay_run(stream_id, run, variant):
+            queue.clear()
+            server.finish_replay(run)
+            return
+        run.dead = ()  # (their handles die as the queue is registered, as usual)
+        tape = server.capture_run(stream_id, run, variant)
+        if tape is None:
+            return
+        try:
+            self._register_queue(stream_id, queue)
+            server.end_run_capture(stream_id, tape, run, variant, "flush" if tid is None else f"tensor {tid} is read")
+        except BaseException:
+            server.abort_capture(stream_id, tape)
+            raise
 
     def _register_queue(self, stream_id: int, queue: deque, before: int | None = None) -> None:
         """Register a thread's recorded ops (under the lock), in order, in its stream; with
@@ -377,7 +410,7 @@ class FusionClient:
         """The tensor's values on the host; the device wait happens outside the lock."""
         if _traced.tracing:
             _traced.refuse_read("reads a tensor's values")
-        _, event, finish = self.call(lambda server: server.read(tid))
+        _, event, finish = self.call(lambda server: server.read(tid), flushing=tid)
         waits.wait(event, self.spin_seconds)
         return finish()
 
@@ -386,13 +419,13 @@ class FusionClient:
         if _traced.tracing:
             _traced.refuse_read("waits for the device")
         me = _get_ident()
-        event = self.call(lambda server: server.sync(me))
+        event = self.call(lambda server: server.sync(me), flushing=-1)
         waits.wait(event, self.spin_seconds)
 
     def flush(self) -> None:
         """Launch this thread's queued work without waiting for it."""
         me = _get_ident()
-        self.call(lambda server: server.flush_stream(me, "flush"))
+        self.call(lambda server: server.flush_stream(me, "flush"), flushing=-1)
 
     def stats(self) -> dict:
         def counted(server: FusionServer) -> dict:

@@ -34,7 +34,7 @@ from .handles import FAILED, PENDING, READY, Entry, Storage
 from .ir import TensorIr, contiguous_strides, outputs_of, tensor_inputs
 from .runtime.programs import kernel_program
 
-INPUT, SLOT, SCALAR, CONST, ARRAY, SEQ, EMPTY = range(7)
+INPUT, SLOT, SCALAR, CONST, ARRAY, SEQ, EMPTY, DONATED = range(8)
 KERNEL, CALL = 0, 1
 
 _MEMORY = cl.MemoryObjectHolder
@@ -61,6 +61,10 @@ class Tape:
                 self.input_of.setdefault(id(e.storage.buffer), k)
         self._pin = pin
         self.input_storages = {id(e.storage) for e in inputs}
+        # Buffers of inputs a block may write its output into (see BlockContext.may_donate):
+        # an output written so is the input's buffer taken over, at every replay.
+        self.donatable: set[int] = set()
+        self.held: list[Entry] = list(inputs)  # the inputs whose storages the capture pins meanwhile
         # Tensors that existed before the call and share an input's buffer (the argument
         # itself under another name, another view of it): what reads them reads a constant
         # that a buffer's identity cannot tell from the input, so the call is not captured.
@@ -178,6 +182,7 @@ class Capture:
 
     def __init__(self, tape: Tape, outputs: list[tuple], arg_types: dict, drop_pins: Callable[[list], None]):
         self.name = tape.name
+        self.note = f"replayed by clients.jit: {tape.name}"  # (inspect()'s explanation of its launches)
         self.generation = tape.generation
         self.n_inputs = len(tape.inputs)
         self.aliasing = tape.aliasing
@@ -191,6 +196,7 @@ class Capture:
                          offset == 0 and tuple(strides) == contiguous_strides(shape))
                         for src, nbytes, shape, _, strides, offset in outputs]
         out_slots = {src[1] for src, *_ in outputs if src[0] == SLOT}
+        self.donated = [src[1] for src, *_ in outputs if src[0] == DONATED]  # inputs whose buffers it takes over
         self.scratch = [j for j in range(len(self.slot_nbytes)) if j not in out_slots]
         self.steps = [self._compile(step, arg_types) for step in tape.steps]
         self.launches = sum(1 for step in tape.steps if step[-1] is not None)
@@ -270,6 +276,8 @@ def replay(ctx, capture: Capture, ins: list[Entry], scalars: list, out_irs: list
     buffers not yet held go back to the pool. A failure fails this call's outputs only."""
     entries = ctx.entries
     storages: dict = {}
+    buffers = [e.storage.buffer for e in ins]
+    donated = []
     for ir, (src, nbytes, strides, offset, contiguous) in zip(out_irs, capture.outputs):
         kind = src[0]
         if kind == SLOT:
@@ -277,6 +285,13 @@ def replay(ctx, capture: Capture, ins: list[Entry], scalars: list, out_irs: list
             if st is None:
                 st = storages[src[1]] = Storage(nbytes, PENDING)
                 st.writer = ir.id
+        elif kind == DONATED:  # the input's buffer taken over, as the traced block did
+            st = Storage(nbytes, PENDING)
+            st.writer = ir.id
+            donor = ins[src[1]].storage
+            st.buffer, donor.buffer = donor.buffer, None
+            donated.append(st)
+            ctx.counters["inplace_reuses"] += 1
         elif kind == INPUT:
             st = ins[src[1]].storage
         elif kind == CONST:
@@ -284,13 +299,12 @@ def replay(ctx, capture: Capture, ins: list[Entry], scalars: list, out_irs: list
         else:
             st = Storage(nbytes, READY)
         entries[ir.id] = Entry(ir, st, strides, offset, contiguous)
-    written = list(storages.values())
+    written = list(storages.values()) + donated
     for e in ins:
         if e.storage.status == FAILED:
             ctx.fail(written, after_failed_input(f"clients.jit call of {capture.name}", e.ir.id, e.storage.error))
             return
     pool = ctx.pool
-    buffers = [e.storage.buffer for e in ins]
     nbytes = capture.slot_nbytes
     for j in range(len(nbytes)):
         st = storages.get(j)
@@ -322,7 +336,7 @@ def replay(ctx, capture: Capture, ins: list[Entry], scalars: list, out_irs: list
                     event = out if isinstance(out, cl.Event) else None
             if record is not None and recorders:
                 kind, ops, bindings, name, items = record
-                ctx.record_replayed(kind, ops, bindings, name, items, event, capture.name)
+                ctx.record_replayed(kind, ops, bindings, name, items, event, capture.note)
     except BaseException as exc:
         err = TensorFailedError(f"clients.jit call of {capture.name} failed: {exc!r}")
         err.__cause__ = exc if isinstance(exc, Exception) else None

@@ -156,8 +156,10 @@ class BlockContext:
     def may_donate(self, storage: Storage) -> bool:
         """Whether a block may write its output into `storage`'s buffer (in-place reuse):
         while capturing, only into a buffer of the capture's own (a constant it reads by
-        reference must keep its values for every replay)."""
-        return self.tape is None or id(storage.buffer) in self.tape.slot_of
+        reference must keep its values for every replay), or of an input the capture
+        may take over (a recurring run's input that dies with the run)."""
+        tape = self.tape
+        return tape is None or id(storage.buffer) in tape.slot_of or id(storage.buffer) in tape.donatable
 
     def follow_allocations(self, tape) -> None:
         """Start (`tape` set) or stop following the pool for a capture."""
@@ -302,10 +304,11 @@ class BlockContext:
                 rec.kernels.append(record)
 
     def record_replayed(self, kind: str, ops: list[str], bindings: int, name: str, items: int,
-                        event: cl.Event | None, function: str) -> None:
-        """Record a launch a clients.jit capture replayed, for `inspect()` (counted by the replay)."""
+                        event: cl.Event | None, note: str) -> None:
+        """Record a launch a capture replayed (`note` says which), for `inspect()`
+        (counted by the replay)."""
         programs = self.programs
-        record = KernelRecord(kind, ops, bindings, name, items, event, f"replayed by clients.jit: {function}",
+        record = KernelRecord(kind, ops, bindings, name, items, event, note,
                               programs.fallbacks.get(name, ""), variant_of(programs.specs.get(name)))
         for rec in self.recorders:
             rec.kernels.append(record)

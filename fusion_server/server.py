@@ -9,9 +9,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import is_
 
 import numpy as np
 import pyopencl as cl
@@ -50,6 +53,7 @@ from .ir import (
     tensor_inputs,
 )
 from .plans import PlanStore
+from .runs import CALL, Run, RunCache
 from .runtime import DeviceInfo, DeviceRuntime
 from .runtime.widths import VectorWidths
 from .stream import Stream
@@ -167,6 +171,12 @@ class FusionServer:
         # Stored decisions of the fusers, per fuser configuration (see plans.py).
         self.plan_stores: dict[tuple, PlanStore] = {}
         self.plan_store_enabled = os.environ.get("FUSION_PLAN_STORE", "1").strip() != "0"
+        # Recurring runs of a thread's ops, replayed as captures (runs.py).
+        self.run_cache_enabled = os.environ.get("FUSION_RUN_CACHE", "1").strip() != "0"
+        self.runs = RunCache()
+        # Ids of a replayed run's values that died with it (never registered): their drops
+        # are expected, not early (see drain_drops).
+        self.gone: set[int] = set()
         self._thread_marks = threading.local()
         self.ended_streams: deque[int] = deque()  # filled by _ThreadEndMark, without the lock
         self.running_ahead: dict[int, ReduceOp] = {}  # reductions run ahead of their stream's queue
@@ -194,6 +204,8 @@ class FusionServer:
             "failed_blocks": 0,
             "jit_traces": 0,
             "jit_replays": 0,
+            "run_captures": 0,
+            "run_replays": 0,
         })
 
     # -- streams ------------------------------------------------------------------
@@ -267,7 +279,7 @@ class FusionServer:
     # What `reconfigure` may change: what streams are made with.
     SETTINGS = ("mode", "max_bindings", "max_ops", "widths", "pack_lanes", "reduce_strategy", "matmul_strategy",
                 "scan_strategy", "recompute_budget", "stencil_staging", "fuser_factories", "plan_store_enabled",
-                "build_fallback")
+                "build_fallback", "run_cache_enabled")
 
     def reconfigure(self, why: str = "settings change", **settings) -> dict:
         """Run every stream's queue, change `settings` (names in SETTINGS), and drop the
@@ -287,6 +299,7 @@ class FusionServer:
         for name, value in settings.items():
             setattr(self, name, value)
         self.streams.clear()
+        self.runs.clear()
         self.generation += 1
         return old
 
@@ -457,6 +470,7 @@ class FusionServer:
         entries = self.handles.entries
         release = self.handles.maybe_release
         refs = self.handle_refs
+        gone = self.gone
         while drops:  # handles.drop, inlined: this runs for every op's dead value
             tid = drops[0]
             if type(tid) is not int:
@@ -464,16 +478,19 @@ class FusionServer:
                 tid = getattr(tid, "tid", None)
                 refs.pop(tid, None)
             entry = entries.get(tid)
-            if entry is not None and entry.alive:
+            if entry is None:
+                if tid in gone:  # a replayed run's value, which it never wrote
+                    gone.discard(tid)
+                elif tid is not None:
+                    # Its op is still in the client's inbox (or never came): applied when it does.
+                    early = self.early_drops
+                    if len(early) > MAX_EARLY_DROPS:
+                        early.clear()  # (ids of ops that never came, after interrupts: bounded)
+                    early.add(tid)
+            elif entry.alive:
                 entry.alive = False
                 if not entry.readers:  # (most dropped values still have a queued reader)
                     release(entry)
-            elif entry is None and tid is not None:
-                # Its op is still in the client's inbox (or never came): applied when it does.
-                early = self.early_drops
-                if len(early) > MAX_EARLY_DROPS:
-                    early.clear()  # (ids of ops that never came, after interrupts: bounded)
-                early.add(tid)
             drops.popleft()  # only once applied (applying twice is harmless): none is lost
 
     def upload(self, ir: TensorIr, host: np.ndarray) -> None:
@@ -660,11 +677,13 @@ class FusionServer:
         return why
 
     # -- capture and replay (clients.jit) ---------------------------------------------
-    def begin_capture(self, stream_id: int, name: str, input_ids: list[int]) -> cap.Tape | None:
+    def begin_capture(self, stream_id: int, name: str, input_ids: list[int], dying: tuple = ()) -> cap.Tape | None:
         """Start recording what `stream_id`'s blocks enqueue, for a call of `name` with the
         tensors `input_ids`. The stream's queue runs first (a block of the capture holds
         only the call's ops) and the inputs are written. None when an input failed: that
-        call is not captured. May stop for a kernel build and be called again."""
+        call is not captured. May stop for a kernel build and be called again. `dying`:
+        the positions of inputs whose handles died (a recurring run's), whose buffers a
+        block of the capture may take over."""
         ins = [self.handles.get(t) for t in input_ids]
         self._run_writers(ins, f"a clients.jit trace of {name} reads it")
         self.flush_stream(stream_id, f"a clients.jit trace of {name} begins")
@@ -674,7 +693,9 @@ class FusionServer:
         inputs = set(input_ids)
         tape.foreign = {tid for tid, e in self.handles.entries.items()
                         if id(e.storage) in tape.input_storages and tid not in inputs}
-        for e in ins:  # (their buffers stay the inputs' while the trace runs, whatever it drops)
+        tape.donatable = {id(ins[k].storage.buffer) for k in dying}
+        tape.held = [e for k, e in enumerate(ins) if k not in dying]
+        for e in tape.held:  # (their buffers stay the inputs' while the trace runs, whatever it drops)
             self.ctx.pin(e.storage)
         self.tapes[stream_id] = tape
         stream = self.streams.get(stream_id)
@@ -683,7 +704,8 @@ class FusionServer:
         self.ctx.follow_allocations(tape)
         return tape
 
-    def end_capture(self, stream_id: int, tape: cap.Tape, out_ids: list[int]) -> cap.Capture | None:
+    def end_capture(self, stream_id: int, tape: cap.Tape, out_ids: list[int],
+                    counter: str = "jit_traces") -> cap.Capture | None:
         """Run the rest of the traced call and turn its tape into a Capture of the call
         writing `out_ids`; None (the tape dropped) when it cannot be replayed. May stop
         for a kernel build and be called again."""
@@ -708,7 +730,9 @@ class FusionServer:
             elif id(buf) in tape.slot_of:
                 src = (cap.SLOT, tape.slot_of[id(buf)])
             elif id(buf) in tape.input_of:
-                src = (cap.INPUT, tape.input_of[id(buf)])
+                k = tape.input_of[id(buf)]
+                # (the input itself, returned; or its buffer taken over by a block)
+                src = (cap.INPUT if st is tape.inputs[k].storage else cap.DONATED, k)
             else:  # a value computed outside the call, returned as it is: by reference
                 src = (cap.CONST, tape.hold(buf, entries))
             outputs.append((src, st.nbytes, e.ir.shape, e.ir.dtype, e.strides, e.offset))
@@ -718,7 +742,7 @@ class FusionServer:
             log.debug("clients.jit: %s not captured: %s", tape.name, tape.broken)
             self._unpin_tape(tape)
             return None
-        self.counters["jit_traces"] += 1
+        self.counters[counter] += 1
         capture = cap.Capture(tape, outputs, self.runtime.programs.arg_types, self.drop_pins)
         tape.pinned = []  # (the capture's now: unpinned when it is collected)
         return capture
@@ -739,11 +763,12 @@ class FusionServer:
             stream = self.streams.get(stream_id)
             if stream is not None:
                 stream.tape = None
-            for e in tape.inputs:
+            for e in tape.held:
                 self.unpin(e.storage)
         self.ctx.stop_following(tape)
 
-    def replay(self, capture: cap.Capture, input_ids: list[int], scalars: list, out_irs: list[TensorIr]) -> bool:
+    def replay(self, capture: cap.Capture, input_ids: list[int], scalars: list, out_irs: list[TensorIr],
+               counter: str = "jit_replays") -> bool:
         """Enqueue a capture for this call's tensors and scalars, writing `out_irs`; False
         (nothing changed) when the call must be traced instead: the settings changed, or
         its inputs share storages or sizes otherwise than the traced call's. May stop for
@@ -769,9 +794,106 @@ class FusionServer:
                 return False
         elif not capture.distinct:
             return False
-        self.counters["jit_replays"] += 1
+        self.counters[counter] += 1
         cap.replay(self.ctx, capture, ins, scalars, out_irs)
         return True
+
+    # -- the run cache (runs.py) ---------------------------------------------------------
+    def find_run(self, stream_id: int, queue: deque, tid: int | None) -> Run | None:
+        """The thread's queue as a run the cache has seen before, when the flush about to
+        happen runs it alone: lazy mode, the thread's stream empty and not capturing, and
+        `tid` (the tensor read; None for a flush or a sync) written by the run. None
+        otherwise, or when the run is new (the cache notes it)."""
+        if not self.run_cache_enabled or self.mode != "lazy" or stream_id in self.tapes:
+            return None
+        stream = self.streams.get(stream_id)
+        if stream is not None and stream.queue:
+            return None
+        first = queue[0][1]
+        if first is None or outputs_of(first)[0].id <= self.registered_upto.get(stream_id, -1):
+            # (registered already, by a section that a kernel build or an interrupt cut
+            # short, or by another thread: the ops are not the run's to capture)
+            return None
+        return self.runs.find(queue, self.handles.entries, tid)
+
+    def replay_run(self, stream_id: int, run: Run, variant: tuple) -> bool:
+        """Replay the run's capture for `variant` (its live outputs and inputs), as if its
+        ops were registered and flushed; False (nothing changed) when there is none, or
+        when an input whose buffer it takes over is still needed (another view of it)."""
+        capture = run.captures.get(variant)
+        if not capture:
+            return False
+        entries = self.handles.entries
+        for k in capture.donated:
+            e = entries[run.inputs[k]]
+            st = e.storage
+            if e.readers or st.refs != 1 or st.pins or not st.owned or st.buffer is None:
+                return False
+        outputs = run.outputs
+        if not self.replay(capture, run.inputs, [], [outputs[k] for k in variant[0]], "run_replays"):
+            del run.captures[variant]  # made under other settings: captured again
+            return False
+        self.registered_upto[stream_id] = outputs[-1].id  # (the client's queue may still hold the ops)
+        self.counters["ops_registered"] += len(outputs)
+        if len(self.gone) > MAX_EARLY_DROPS:
+            self.gone.clear()  # (ids whose drops an interrupt lost: bounded)
+        return True
+
+    def finish_replay(self, run: Run) -> None:
+        """After a replay, once the client's queue let go of its handles: the handles of
+        the values the replay did not write die without a drop to drain (their drop refs
+        go first). One already gone when the run was flushed has its drop on its way
+        (see drain_drops). Were a handle still alive, the liveness count was wrong: its
+        tensor fails, saying so, instead of being unknown."""
+        dead, run.dead = run.dead, ()
+        if not dead:
+            return
+        ids, handles = dead
+        del dead
+        refs = self.handle_refs
+        if any(map(is_, handles, repeat(None))):  # (rare: a value dropped before the flush)
+            self.gone.update([t for t, h in zip(ids, handles) if h is None and t in refs])
+            ids = [t for t, h in zip(ids, handles) if h is not None]
+            handles = [h for h in handles if h is not None]
+        watch = list(map(weakref.ref, handles))
+        drop_refs = list(map(refs.pop, ids, repeat(None)))
+        # (how to make one again: the client's class and callback)
+        make = next(((type(r), r.__callback__) for r in drop_refs if r is not None), None)
+        del drop_refs, handles  # (the refs first: a ref that dies before its handle calls nobody)
+        if all(map(is_, map(CALL, watch), repeat(None))):
+            return
+        for tid, w in zip(ids, watch):
+            handle = w()
+            if handle is None:
+                continue
+            if make is not None:
+                ref = refs[tid] = make[0](handle, make[1])
+                ref.tid = tid
+            out = next(o for o in run.outputs if o.id == tid)
+            storage = self.handles.new_storage(size_of(out.shape) * out.dtype.itemsize, FAILED)
+            storage.error = FusionError(f"tensor {tid} was taken for dead by the run cache and not computed "
+                                        "(set FUSION_RUN_CACHE=0 and report this)")
+            self.handles.add(out, storage)
+
+    def capture_run(self, stream_id: int, run: Run, variant: tuple) -> cap.Tape | None:
+        """Start capturing the run (its ops are registered and flushed next; then
+        `end_run_capture`); None when this variant was found not to capture, or is
+        captured but could not be replayed now."""
+        if variant in run.captures:
+            return None
+        dying = tuple(k for k, alive in enumerate(variant[1]) if not alive)
+        return self.begin_capture(stream_id, f"a recurring run of {len(run.outputs)} ops", run.inputs, dying)
+
+    def end_run_capture(self, stream_id: int, tape: cap.Tape, run: Run, variant: tuple, why: str) -> None:
+        """Run what the run queued (flushed for `why`) and keep its capture; a run that
+        cannot be replayed is remembered as such (False)."""
+        self.flush_stream(stream_id, why)
+        capture = self.end_capture(stream_id, tape, [run.outputs[k].id for k in variant[0]], "run_captures")
+        if capture is not None and any(src[0] == cap.CONST for src, *_ in capture.outputs):
+            capture = None  # (a value the run did not compute, which its ops should have)
+        if capture is not None:
+            capture.note = f"replayed from the run cache: {capture.name}"
+        run.captures[variant] = capture or False
 
     def _run_writers(self, entries: list, why: str) -> None:
         """Run the queues whose ops write any of `entries` (pending values), in order."""

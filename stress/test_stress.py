@@ -76,11 +76,24 @@ UNARY += [
     ("jit_reverse", _jit_reverse, lambda x: (x * np.float32(2)).ravel()[::-1].reshape(x.shape) - x),
 ]
 
+
+
+def _recurring(x):
+    """A run of its own, read at once: what runs before it is flushed first, so the run
+    recurs (per shape) and the run cache captures and replays it beside the rest."""
+    clients.flush()
+    y = clients.exp(x * -0.5) * 2.0 + x
+    y.numpy()
+    return y
+
+
+UNARY += [("recurring", _recurring, lambda x: np.exp(x * np.float32(-0.5)) * np.float32(2) + x)]
+
 # Ops whose last bit may differ from numpy's: transcendental functions (a few ulps apart
 # between math libraries) and sums (another order). Later ops can amplify an ulp into a
 # visible error (a product of large values, then a cancelling sum), so their results are
 # checked when made and the device's value becomes the reference from then on.
-INEXACT = {"tanh", "sin", "softplus", "row_sum", "gram", "jit_mix", "jit_mix2", "jit_rows"}
+INEXACT = {"tanh", "sin", "softplus", "row_sum", "gram", "jit_mix", "jit_mix2", "jit_rows", "recurring"}
 
 BINARY = [
     ("add", lambda a, b: a + b, lambda a, b: a + b),
@@ -183,6 +196,7 @@ def test_random_graphs_from_many_threads():
     clients.sync()
     baseline = clients.stats()["buffers_live"]
     jit_before = clients.stats()["jit_replays"]
+    runs_before = clients.stats()["run_replays"]
     pool = SharedPool()
     tally: dict = {}
     errors: list = []
@@ -210,10 +224,13 @@ def test_random_graphs_from_many_threads():
     clients.sync()
     leaked = clients.stats()["buffers_live"] - baseline
     replays = clients.stats()["jit_replays"] - jit_before
+    run_replays = clients.stats()["run_replays"] - runs_before
     print(f"stress: ops {tally.get('ops', 0)}, reads {tally.get('reads', 0)}, jit replays {replays}, "
+          f"run cache replays {run_replays}, "
           f"mismatches/errors {len(errors)}, hung threads {hung}, leaked buffers {leaked}")
     assert hung == 0
     assert not errors, errors[:5]
     assert leaked == 0
     assert tally.get("reads", 0) > 0
     assert replays > 0
+    assert run_replays > 0

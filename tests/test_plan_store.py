@@ -14,6 +14,14 @@ from fusion_server.plans import FLUSH, BlockSigner, Decision, PlanStore
 from tests.conftest import rand, run_python, server_settings
 
 
+@pytest.fixture(autouse=True)
+def without_run_cache():
+    """The plan store's own behaviour: runs that recur are not replayed from the run
+    cache (fusion_server/runs.py), which would take them before the store sees them."""
+    with server_settings(run_cache_enabled=False):
+        yield
+
+
 @pytest.fixture
 def fresh_store(client):
     """An empty plan store for this test's streams (the server and its kernels stay)."""
@@ -279,7 +287,7 @@ def test_the_store_can_be_turned_off():
         "for _ in range(3): (x * 2.0 + 1.0).numpy()\n"
         "s = clients.stats(); print(s['plan_hits'], s['explorations'])\n"
     )
-    out = run_python(code, FUSION_PLAN_STORE="0")
+    out = run_python(code, FUSION_PLAN_STORE="0", FUSION_RUN_CACHE="0")
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["0", "3"]
 

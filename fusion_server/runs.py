@@ -1,0 +1,240 @@
+"""The run cache: a thread's recurring runs of recorded ops, replayed as captures.
+
+Numpy-style code repeats itself: a loop body, a request handler, a simulation tick records
+the same few ops on new tensors and reads a result. Each time, the plan store spares the
+fusers, but every op still costs its entry, its signature, its step through the store,
+its retirement and its dead handle. The run cache spares all of that for a run that ends
+in a read, a `sync()` or a `flush()`:
+
+- A *run* is a thread's whole queue of recorded ops (element-wise ops, reductions, matmul)
+  at such a point, with the thread's stream empty before it: the run is the only work
+  the flush does for that thread.
+- Its *key* holds each op with the tensors it reads renumbered (an earlier op of the run
+  by position, a tensor from outside by order of first use), its scalar values and exact
+  shapes, and the layout and storage size of each tensor from outside, which must be
+  written already (not pending on another thread) and share storages as before.
+- The first time a key is seen it is only noted. The second time, the run goes the usual
+  way with its stream capturing (clients.jit's tape, capture.py), and the capture is kept
+  under the key and which of the run's values are still held by the user (they are the
+  capture's outputs; the others die with the run and are never written). From then on a
+  run with that key and those live values is a replay: one enqueue per kernel, entries
+  for the live values only, no op reaches a stream.
+
+What the key leaves out is what a capture does not depend on: the tensor ids, and the
+values in the buffers. What a capture depends on beyond its key (the server's mode,
+fusers and settings) is its generation: a stale capture is dropped and the run is
+captured again.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from itertools import chain, compress, count, repeat
+from operator import and_, is_not, itemgetter, methodcaller, not_, sub
+from sys import getrefcount
+from types import NoneType
+from typing import Any
+
+from .handles import READY
+from .ir import ElementwiseOp, MatmulOp, ReduceOp, Scalar, TensorIr
+
+# Keys seen once are forgotten past this many (runs that never recur would grow it);
+# captures past this many, the oldest first.
+MAX_SEEN = 4096
+MAX_CAPTURES = 256
+_ID = itemgetter(0)  # a TensorIr's id
+_HANDLES = itemgetter(2)  # the handles of a queued (sequence, op, handles)
+_OP = itemgetter(1)  # its op
+_OUT = itemgetter(3)  # an ElementwiseOp's output
+_OPERANDS = itemgetter(1)  # its operands
+_STATIC = itemgetter(0, 2, 4, 5)  # its name, compute dtype, expression and parameters
+_SHAPE_DTYPE = itemgetter(1, 2)  # a TensorIr's shape and dtype
+_ELEMENTWISE = {ElementwiseOp}
+_IS_INT = int.__instancecheck__
+_IS_SCALAR = Scalar.__instancecheck__
+_VALUE = itemgetter(0)  # a Scalar's value
+_BYTES = methodcaller("tobytes")
+CALL = methodcaller("__call__")  # a weak reference's referent (NoneType's call: None)
+# The codes of ops' outputs and of inputs (see run_of), made once; a longer run takes
+# the general path.
+_CODES = tuple((n,) for n in range(8192))
+_INPUT_CODES = tuple((-1 - k,) for k in range(8192))
+# What getrefcount counts for an object held only by a list, mapped over it (the list's
+# reference and the iteration's): measured, not assumed, as interpreters differ.
+_BASE = next(map(getrefcount, [object()]))
+
+
+def outliving(handles: list, held: Counter | dict) -> list[bool]:
+    """For each handle (or None: dead), whether something beyond `held` (how many
+    references to each, by id, the queue holds) refers to it."""
+    beyond = map(sub, map(getrefcount, handles), map(held.__getitem__, map(id, handles)))
+    return list(map(and_, map(_BASE.__lt__, beyond), map(is_not, handles, repeat(None))))
+
+
+class Run:
+    """A thread's queue as the run cache sees it: its key, the tensors it reads from
+    outside (in first-use order), its ops' outputs, and the captures kept for its key
+    (by live outputs), or None the first time the key is seen."""
+
+    __slots__ = ("key", "inputs", "outputs", "captures", "dead")
+
+    def __init__(self, key: tuple, inputs: list[int], outputs: list[TensorIr], captures: dict | None):
+        self.key = key
+        self.inputs = inputs
+        self.outputs = outputs
+        self.captures = captures
+        # (ids, handles or None) of the outputs that die with the queue (see `liveness`)
+        self.dead: tuple = ()
+
+    def liveness(self, queue: Iterable, handle_refs: dict) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+        """Which handles outlive the queue: the positions of the live outputs (the values
+        the run must write), and per input whether it is alive (a dead one's buffer may be
+        taken over). A handle the queue holds (for an op that reads it) is alive if
+        anything else refers to it; the dead outputs go to `dead`, with their handles
+        (None for one already gone), which it holds until the server is done with them."""
+        held = Counter(map(id, chain.from_iterable(map(_HANDLES, queue))))
+        outputs = list(map(CALL, map(handle_refs.get, map(_ID, self.outputs), repeat(NoneType))))
+        alive = outliving(outputs, held)
+        live = tuple(compress(count(), alive))
+        if len(live) < len(outputs):
+            dying = list(map(not_, alive))
+            self.dead = (list(compress(map(_ID, self.outputs), dying)), list(compress(outputs, dying)))
+        else:
+            self.dead = ()
+        inputs = list(map(CALL, map(handle_refs.get, self.inputs, repeat(NoneType))))
+        return live, tuple(outliving(inputs, held))
+
+    @property
+    def produced(self) -> set[int]:
+        """The ids the run's ops write."""
+        return {out.id for out in self.outputs}
+
+
+def run_of(queue: Iterable, entries: dict, tid: int | None = None) -> tuple[tuple, list[int], list[TensorIr]] | None:
+    """(key, inputs, outputs) of a queue of (sequence, op, handles); None when the run
+    cannot be cached (an op of another kind, a tensor from outside not written yet) or
+    does not write `tid`, if given."""
+    ops = list(map(_OP, queue))
+    if len(ops) < len(_CODES) and set(map(type, ops)) == _ELEMENTWISE:
+        key, code, inputs, outputs = _elementwise_run(ops)
+        return _with_inputs(key, code, inputs, outputs, entries, tid)
+    # Tensor id -> (position,) of the op that writes it, or (-1 - input number,): tuples,
+    # so that an operand mapped through `code` is an int only when it is a tensor from
+    # outside seen for the first time (a Scalar maps to itself: its value is in the key).
+    code: dict[int, tuple[int]] = {}
+    get = code.get
+    inputs: list[int] = []
+    outputs: list[TensorIr] = []
+    parts: list[Any] = []
+    for n, op in enumerate(ops):
+        kind = type(op)
+        if kind is ElementwiseOp:
+            operands = op[1]
+            args = tuple(map(get, operands, operands))
+            if int in map(type, args):
+                args = _first_uses(args, code, inputs)
+            out = op[3]
+            # (name, compute, expr), params, (shape, dtype) of the output, operands
+            parts.append((op[::2], op[5], out[1:], args, _scalar_bytes(operands)))
+        elif kind is ReduceOp or kind is MatmulOp:
+            out = op.out
+            reads = (op.input,) if kind is ReduceOp else (op.a, op.b)
+            args = _first_uses(tuple(map(get, reads, reads)), code, inputs)
+            extra = (op.name, op.axes, op.acc) if kind is ReduceOp else (op.compute,)
+            parts.append((kind.__name__, extra, out.shape, out.dtype, args))
+        else:
+            return None  # (None: a handle kept until the ops before it are registered)
+        code[out[0]] = (n,)
+        outputs.append(out)
+    return _with_inputs(tuple(parts), code, inputs, outputs, entries, tid)
+
+
+def _elementwise_run(ops: list) -> tuple[tuple, dict, list[int], list[TensorIr]]:
+    """`run_of`'s key, codes, inputs and outputs for a run of element-wise ops alone,
+    made field by field over all the ops at once (no Python code per op)."""
+    outputs = list(map(_OUT, ops))
+    code = dict(zip(map(_ID, outputs), _CODES))
+    operands = list(map(_OPERANDS, ops))
+    flat = list(chain.from_iterable(operands))
+    mapped = list(map(code.get, flat, flat))
+    inputs = list(dict.fromkeys(filter(_IS_INT, mapped)))  # (tensors from outside, in first-use order)
+    if inputs:
+        code.update(zip(inputs, _INPUT_CODES))
+        mapped = list(map(code.get, flat, flat))
+    key = (tuple(map(_STATIC, ops)), tuple(map(_SHAPE_DTYPE, outputs)), tuple(map(len, operands)), tuple(mapped),
+           _scalar_bytes(flat))
+    return key, code, inputs, outputs
+
+
+def _scalar_bytes(operands: Iterable) -> tuple[bytes, ...]:
+    """The bytes of the Scalars among `operands`: in a key beside the Scalars themselves,
+    since 0.0 and -0.0 are equal values with equal hashes (and a capture bakes values in)."""
+    return tuple(map(_BYTES, map(_VALUE, filter(_IS_SCALAR, operands))))
+
+
+def _with_inputs(key: tuple, code: dict, inputs: list[int], outputs: list[TensorIr], entries: dict,
+                 tid: int | None) -> tuple[tuple, list[int], list[TensorIr]] | None:
+    """`run_of`'s result: the key with the layouts of the inputs, which must be written."""
+    if tid is not None and code.get(tid, (-1,))[0] < 0:
+        return None
+    layouts = []
+    storages = []
+    for t in inputs:
+        e = entries.get(t)
+        if e is None:
+            return None
+        st = e.storage
+        if st.status != READY or st.buffer is None:
+            return None
+        layouts.append((e.ir.dtype, e.ir.shape, e.strides, e.offset, st.nbytes))
+        storages.append(st)
+    if len(storages) > 1 and len(set(map(id, storages))) < len(storages):
+        layouts.append(tuple(next(j for j, s in enumerate(storages) if s is st) for st in storages))
+    return (key, tuple(layouts)), inputs, outputs
+
+
+def _first_uses(args: tuple, code: dict, inputs: list[int]) -> tuple:
+    """`args` with the tensors from outside seen for the first time (ints) numbered."""
+    out = []
+    for a in args:
+        if type(a) is int:
+            seen = code.get(a)  # (an op may read it twice)
+            if seen is None:
+                seen = code[a] = (-1 - len(inputs),)
+                inputs.append(a)
+            a = seen
+        out.append(a)
+    return tuple(out)
+
+
+class RunCache:
+    """Keys seen once, and the captures of keys seen again (module docstring)."""
+
+    def __init__(self) -> None:
+        self.seen: set[tuple] = set()
+        self.captures: dict[tuple, dict] = {}  # key -> {live output positions: Capture or None}
+
+    def find(self, queue: Iterable, entries: dict, tid: int | None = None) -> Run | None:
+        """The queue as a run (writing `tid`, if given); None when it cannot be cached or
+        its key is new (noted)."""
+        found = run_of(queue, entries, tid)
+        if found is None:
+            return None
+        key, inputs, outputs = found
+        captures = self.captures.get(key)
+        if captures is None:
+            if key not in self.seen:
+                if len(self.seen) >= MAX_SEEN:
+                    self.seen.clear()
+                self.seen.add(key)
+                return None
+            self.seen.discard(key)
+            if len(self.captures) >= MAX_CAPTURES:
+                self.captures.pop(next(iter(self.captures)))
+            captures = self.captures[key] = {}
+        return Run(key, inputs, outputs, captures)
+
+    def clear(self) -> None:
+        self.seen.clear()
+        self.captures.clear()

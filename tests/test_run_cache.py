@@ -1,0 +1,289 @@
+"""The run cache: a thread's recurring runs of ops, replayed as captures (fusion_server/runs.py)."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+import clients
+from fusion_server import runs
+from fusion_server.errors import TensorFailedError
+from tests.conftest import exploding_kernel, rand, run_python, server_settings, settle
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    """An empty run cache (reconfiguring empties it): the counts below start from nothing."""
+    with server_settings(run_cache_enabled=True):
+        yield
+
+
+def counts() -> dict:
+    s = clients.stats()
+    keys = ("run_captures", "run_replays", "kernels_launched", "inplace_reuses", "plan_hits", "explorations")
+    return {k: s[k] for k in keys}
+
+
+def delta(before: dict) -> dict:
+    after = counts()
+    return {k: after[k] - before[k] for k in before}
+
+
+def chain(a, b, c, ns):
+    return ns.tanh(a * b + c) * 0.5 + ns.exp(-abs(a)) * ns.sqrt(b * b + 1) - c / (1 + a * a)
+
+
+def recurring(fn, times: int = 4):
+    """`fn()` read `times` times; the deltas of the counters at each read."""
+    deltas, values = [], []
+    for _ in range(times):
+        before = counts()
+        values.append(fn())
+        deltas.append(delta(before))
+    return deltas, values
+
+
+def test_a_recurring_run_is_noted_then_captured_then_replayed_as_one_kernel():
+    a, b, c = (rand(1000, seed=s) for s in range(3))
+    ta, tb, tc = (clients.asarray(v) for v in (a, b, c))
+    want = chain(a, b, c, np)
+    deltas, values = recurring(lambda: chain(ta, tb, tc, clients).numpy())
+    for got in values:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert [d["run_captures"] for d in deltas] == [0, 1, 0, 0]
+    assert [d["run_replays"] for d in deltas] == [0, 0, 1, 1]
+    assert all(d["kernels_launched"] == 1 for d in deltas)
+    assert deltas[2]["plan_hits"] == deltas[2]["explorations"] == 0  # (no op reached a stream)
+    with clients.inspect() as rec:
+        got = chain(ta, tb, tc, clients).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert len(rec.kernels) == 1
+    assert "replayed from the run cache: a recurring run of 16 ops" in rec.explain()
+
+
+def test_new_inputs_and_new_scalar_values_give_their_own_values():
+    x = clients.asarray(rand(256))
+    for k in range(6):
+        host = rand(256, seed=k)
+        t = clients.asarray(host)
+        s = 0.25 * k  # a new scalar each time: a new key, never the last capture's value
+        np.testing.assert_allclose((t * s + x * 2.0).numpy(), host * np.float32(s) + x.numpy() * 2, rtol=1e-6)
+    before = counts()
+    for k in range(4):  # new tensors, the same scalar: replayed from the third on
+        host = rand(256, seed=10 + k)
+        np.testing.assert_allclose((clients.asarray(host) * 3.0 + 1.0).numpy(), host * 3 + 1, rtol=1e-6)
+    assert delta(before)["run_replays"] == 2
+
+
+def test_other_shapes_and_layouts_are_other_runs():
+    before = counts()
+    for shape in [(64,), (32, 2), (64,), (32, 2), (64,), (32, 2), (2, 32)]:
+        host = rand(shape, seed=len(shape))
+        np.testing.assert_allclose(clients.exp(clients.asarray(host) - 1.0).numpy(), np.exp(host - 1), rtol=1e-6)
+    assert delta(before)["run_replays"] == 2
+    base = rand((8, 8))
+    t = clients.asarray(base)
+    for view, want in [(t, base), (t.T, base.T), (t, base), (t.T, base.T), (t, base), (t.T, base.T)]:
+        np.testing.assert_allclose((view * 2.0).numpy(), want * 2, rtol=1e-6)
+
+
+def test_a_value_kept_by_the_user_is_written_by_the_replay():
+    a = rand(512)
+    x = clients.asarray(a)
+    for _ in range(3):
+        (clients.sin(x) * 2.0 + 1.0).numpy()  # the intermediate dies: not written
+    before = counts()
+    for _ in range(4):
+        s = clients.sin(x) * 2.0  # now held: the capture of this liveness writes it
+        y = s + 1.0
+        np.testing.assert_allclose(y.numpy(), np.sin(a) * 2 + 1, rtol=1e-6)
+        np.testing.assert_allclose(s.numpy(), np.sin(a) * 2, rtol=1e-6)
+    d = delta(before)
+    assert d["run_captures"] == 1 and d["run_replays"] == 2
+
+
+def test_a_loop_takes_over_the_dead_input_in_place_and_keeps_a_held_one(baseline):
+    a = rand(4096)
+    x = clients.asarray(a)
+    want = a
+    before = counts()
+    for _ in range(6):
+        x = x * 2.0 + 1.0  # the old x dies: its buffer becomes the new x's
+        want = want * np.float32(2) + np.float32(1)
+        np.testing.assert_allclose(x.numpy(), want, rtol=1e-6)
+    d = delta(before)
+    assert d["run_replays"] == 4 and d["inplace_reuses"] == 6
+    for _ in range(4):  # the old value held by another name: not taken over
+        old, old_values = x, x.numpy()
+        x = x * 2.0 + 1.0
+        want = want * np.float32(2) + np.float32(1)
+        np.testing.assert_allclose(x.numpy(), want, rtol=1e-6)
+        np.testing.assert_array_equal(old.numpy(), old_values)
+    for _ in range(4):  # a view of the old value keeps its buffer too
+        view, view_values = x[1:], x.numpy()[1:]
+        x = x * 2.0 + 1.0
+        want = want * np.float32(2) + np.float32(1)
+        np.testing.assert_allclose(x.numpy(), want, rtol=1e-6)
+        np.testing.assert_array_equal(view.numpy(), view_values)
+    del x, old, view
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
+
+
+@pytest.mark.parametrize("case", ["row sum", "full sum", "matmul epilogue", "mean and max"])
+def test_reductions_and_matmul_replay(case):
+    a, b = rand((64, 48), seed=1), rand((48, 32), seed=2)
+    ta, tb = clients.asarray(a), clients.asarray(b)
+    fns = {
+        "row sum": (lambda ns: ns.sum(ns.exp(ta * 0.5) * ta, axis=-1),
+                    lambda: np.sum(np.exp(a * 0.5) * a, axis=-1)),
+        "full sum": (lambda ns: ns.sum(ta * ta) * 0.5, lambda: np.sum(a * a) * 0.5),
+        "matmul epilogue": (lambda ns: ns.maximum(ta @ tb + 1.0, 0.0), lambda: np.maximum(a @ b + 1, 0)),
+        "mean and max": (lambda ns: ns.mean(ta, axis=0) - ns.max(ta, axis=0), lambda: a.mean(0) - a.max(0)),
+    }
+    fn, reference = fns[case]
+    deltas, values = recurring(lambda: fn(clients).numpy(), times=5)
+    for got in values:
+        np.testing.assert_allclose(got, reference(), rtol=1e-4, atol=1e-4)
+    assert [d["run_replays"] for d in deltas] == [0, 0, 1, 1, 1]
+    assert deltas[2]["kernels_launched"] == deltas[1]["kernels_launched"] >= 1
+
+
+def test_sync_and_flush_end_a_run_and_a_read_of_an_older_tensor_does_not():
+    x = clients.asarray(rand(128))
+    before = counts()
+    for _ in range(3):
+        y = x * 3.0 - 1.0
+        clients.sync()
+    for _ in range(3):
+        z = x * 5.0 - 1.0
+        clients.flush()
+    assert delta(before)["run_replays"] == 2
+    np.testing.assert_allclose(y.numpy(), x.numpy() * 3 - 1, rtol=1e-6)
+    np.testing.assert_allclose(z.numpy(), x.numpy() * 5 - 1, rtol=1e-6)
+    older = clients.asarray(rand(128, seed=4))
+    for _ in range(3):
+        with clients.inspect() as rec:
+            y = x * 2.0
+            older.numpy()  # reads something else: the queue stays for what follows
+            w = y + 1.0
+            got = w.numpy()
+        np.testing.assert_allclose(got, x.numpy() * 2 + 1, rtol=1e-6)
+        assert len([k for k in rec.kernels if k.kind == "elementwise"]) == 1
+
+
+def test_threads_replay_one_run_with_their_own_inputs():
+    n = 8
+    barrier = threading.Barrier(n)
+    errors = []
+
+    def work(i: int) -> None:
+        try:
+            host = rand(300, seed=i)
+            t = clients.asarray(host)
+            barrier.wait()
+            for _ in range(20):
+                got = (clients.exp(t * 0.5) + t).numpy()
+                np.testing.assert_allclose(got, np.exp(host * 0.5) + host, rtol=1e-5, atol=1e-6)
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            errors.append(f"thread {i}: {exc!r}")
+
+    before = counts()
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not errors, errors
+    assert delta(before)["run_replays"] > 0
+
+
+def test_a_settings_change_captures_again():
+    x = clients.asarray(rand(64))
+    for _ in range(3):
+        (x * 4.0).numpy()
+    with server_settings(max_ops=16):
+        before = counts()
+        for _ in range(3):
+            np.testing.assert_allclose((x * 4.0).numpy(), x.numpy() * 4, rtol=1e-6)
+        d = delta(before)
+    assert d["run_captures"] == 1 and d["run_replays"] == 1
+
+
+def test_a_failed_input_fails_each_run_and_later_runs_go_on():
+    boom = exploding_kernel("run_cache_boom")
+    x = clients.asarray(rand(32))
+    bad = boom(x)
+    for _ in range(4):
+        with pytest.raises(TensorFailedError, match="producer exploded"):
+            (bad * 2.0 + 1.0).numpy()
+    for _ in range(3):
+        np.testing.assert_allclose((x * 2.0 + 1.0).numpy(), x.numpy() * 2 + 1, rtol=1e-6)
+
+
+def test_many_replays_leave_buffers_and_tensors_at_baseline(baseline):
+    a, b, c = (rand(1024, seed=s) for s in range(3))
+    ta, tb, tc = (clients.asarray(v) for v in (a, b, c))
+    settle()
+    tensors = clients.stats()["tensors_live"]
+    before = counts()
+    for _ in range(200):
+        chain(ta, tb, tc, clients).numpy()
+    assert delta(before)["run_replays"] >= 198
+    settle()
+    s = clients.stats()
+    assert s["buffers_live"] == baseline + 3  # the inputs'
+    assert s["tensors_live"] == tensors
+
+
+def test_a_misjudged_handle_fails_its_tensor_with_a_clear_error(monkeypatch):
+    x = clients.asarray(rand(64))
+    for _ in range(2):
+        (x * 7.0 + 2.0).numpy()
+    monkeypatch.setattr(runs, "_BASE", 1 << 30)  # every handle taken for dead
+    with server_settings(run_cache_enabled=True):  # (a fresh cache)
+        for _ in range(2):
+            (x * 7.0 + 2.0).numpy()
+        with pytest.raises(TensorFailedError, match="taken for dead by the run cache"):
+            (x * 7.0 + 2.0).numpy()
+    monkeypatch.undo()
+    np.testing.assert_allclose((x * 7.0 + 2.0).numpy(), x.numpy() * 7 + 2, rtol=1e-6)
+    gc.collect()
+
+
+def test_the_run_cache_can_be_turned_off():
+    code = (
+        "import numpy as np, clients\n"
+        "x = clients.asarray(np.ones(10, np.float32))\n"
+        "for _ in range(4): (x * 2.0 + 1.0).numpy()\n"
+        "s = clients.stats(); print(s['run_replays'], s['run_captures'], s['plan_hits'])\n"
+    )
+    on = run_python(code)
+    off = run_python(code, FUSION_RUN_CACHE="0")
+    assert on.returncode == 0 and off.returncode == 0, on.stderr + off.stderr
+    assert on.stdout.split() == ["2", "1", "1"]
+    assert off.stdout.split() == ["0", "0", "3"]
+
+
+def test_ops_registered_while_still_queued_are_not_a_run(client):
+    """A section cut short (a kernel build, an interrupt), or another thread, may have
+    registered and run the queue's ops before they left it: the run cache must not take
+    them for a run it computes (its capture would hold no kernel, and replay old values)."""
+    me = threading.get_ident()
+    for k in range(4):
+        host = rand(48, seed=k)
+        y = clients.asarray(host) * 3.0 - 1.0
+        queue = client.queues[me]
+        with client._lock:  # as a cut-short section leaves it: registered, run, still queued
+            client.server.compile_under_lock = True
+            try:
+                for _, op, _ in list(queue):
+                    client.server.register(me, op)
+                client.server.flush_stream(me)
+            finally:
+                client.server.compile_under_lock = False
+        np.testing.assert_allclose(y.numpy(), host * 3 - 1, rtol=1e-6)
+        assert not queue
