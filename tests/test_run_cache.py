@@ -287,3 +287,72 @@ def test_ops_registered_while_still_queued_are_not_a_run(client):
                 client.server.compile_under_lock = False
         np.testing.assert_allclose(y.numpy(), host * 3 - 1, rtol=1e-6)
         assert not queue
+
+
+def test_a_build_during_the_capture_leaves_it_for_the_next_time(client, monkeypatch):
+    from fusion_server.compiling import NeedsCompile
+
+    class NothingToBuild:
+        def run(self) -> None:
+            pass
+
+    x = clients.asarray(rand(40))
+    server = client.server
+    real_end = server.end_run_capture
+    stops = []
+
+    def end_after_a_build(*args):  # the capture's flush stops for a build, once
+        if not stops:
+            stops.append(args)
+            raise NeedsCompile(NothingToBuild())
+        return real_end(*args)
+
+    np.testing.assert_allclose((x * 6.0 - 2.0).numpy(), x.numpy() * 6 - 2, rtol=1e-6)
+    monkeypatch.setattr(server, "end_run_capture", end_after_a_build)
+    before = counts()
+    for _ in range(4):
+        np.testing.assert_allclose((x * 6.0 - 2.0).numpy(), x.numpy() * 6 - 2, rtol=1e-6)
+    d = delta(before)
+    assert stops and d["run_captures"] == 1 and d["run_replays"] == 2
+    assert not server.tapes and not server.ctx.tapes
+
+
+def test_a_value_dropped_before_the_flush_and_inputs_sharing_a_buffer():
+    a = rand(64)
+    x = clients.asarray(a)
+    low, high = x[:32], x[32:]  # two views of one buffer
+    before = counts()
+    for _ in range(4):
+        x * 9.0  # made and dropped at once: dead before the run is flushed
+        y = low + high * 2.0
+        np.testing.assert_allclose(y.numpy(), a[:32] + a[32:] * 2, rtol=1e-6)
+    assert delta(before)["run_replays"] == 2
+    settle()
+    assert not clients.client_for().server.gone
+
+
+def test_runs_with_other_ops_are_not_cached_and_the_cache_is_bounded(monkeypatch):
+    x = clients.asarray(rand((4, 16)))
+    before = counts()
+    for _ in range(3):
+        np.testing.assert_allclose(clients.cumulative_sum(x * 2.0, axis=-1).numpy(),
+                                   np.cumsum(x.numpy() * 2, axis=-1), rtol=1e-5, atol=1e-5)
+    assert delta(before)["run_replays"] == 0
+    monkeypatch.setattr(runs, "MAX_SEEN", 2)
+    monkeypatch.setattr(runs, "MAX_CAPTURES", 1)
+    cache = clients.client_for().server.runs
+    for scale in (2.0, 3.0, 4.0, 2.0, 3.0, 3.0, 3.0):
+        np.testing.assert_allclose((x * scale).numpy(), x.numpy() * scale, rtol=1e-6)
+        assert len(cache.seen) <= 2 and len(cache.captures) <= 1
+
+
+def test_a_stale_capture_is_captured_again(client):
+    x = clients.asarray(rand(24))
+    for _ in range(3):
+        (x + 5.0).numpy()
+    client.server.generation += 1  # as a settings change would (which also empties the cache)
+    before = counts()
+    for _ in range(3):
+        np.testing.assert_allclose((x + 5.0).numpy(), x.numpy() + 5, rtol=1e-6)
+    d = delta(before)
+    assert d["run_captures"] == 1 and d["run_replays"] == 2
