@@ -241,14 +241,16 @@ class FusionClient:
             server.finish_replay(run)
             return
         run.dead = ()  # (their handles die as the queue is registered, as usual)
-        tape = server.capture_run(stream_id, run, variant)
-        if tape is None:
-            return
+        tape = None
         try:
+            tape = server.capture_run(stream_id, run, variant)
+            if tape is None:
+                return
             self._register_queue(stream_id, queue)
             server.end_run_capture(stream_id, tape, run, variant, "flush" if tid is None else f"tensor {tid} is read")
         except BaseException:
-            server.abort_capture(stream_id, tape)
+            if tape is not None:  # (else, an interrupt: the recovery ends the capture)
+                server.abort_capture(stream_id, tape)
             raise
 
     def _register_queue(self, stream_id: int, queue: deque, before: int | None = None) -> None:

@@ -65,6 +65,7 @@ class Tape:
         # an output written so is the input's buffer taken over, at every replay.
         self.donatable: set[int] = set()
         self.held: list[Entry] = list(inputs)  # the inputs whose storages the capture pins meanwhile
+        self.run = False  # the run cache's (see FusionServer.begin_capture)
         # Tensors that existed before the call and share an input's buffer (the argument
         # itself under another name, another view of it): what reads them reads a constant
         # that a buffer's identity cannot tell from the input, so the call is not captured.

@@ -530,6 +530,9 @@ class FusionServer:
         afresh; dead values nobody reads are released; buffers the pool handed out that no
         value holds go back to it. Safe to run again if it is itself interrupted."""
         entries = self.handles.entries
+        for sid, tape in list(self.tapes.items()):
+            if tape.run:  # (a run's capture lives in one locked section: this one, cut short)
+                self.abort_capture(sid, tape)
         plan = self.in_flight
         if plan is not None:
             for stream in self.streams.values():
@@ -677,19 +680,22 @@ class FusionServer:
         return why
 
     # -- capture and replay (clients.jit) ---------------------------------------------
-    def begin_capture(self, stream_id: int, name: str, input_ids: list[int], dying: tuple = ()) -> cap.Tape | None:
+    def begin_capture(self, stream_id: int, name: str, input_ids: list[int], dying: tuple = (),
+                      run: bool = False) -> cap.Tape | None:
         """Start recording what `stream_id`'s blocks enqueue, for a call of `name` with the
         tensors `input_ids`. The stream's queue runs first (a block of the capture holds
         only the call's ops) and the inputs are written. None when an input failed: that
         call is not captured. May stop for a kernel build and be called again. `dying`:
         the positions of inputs whose handles died (a recurring run's), whose buffers a
-        block of the capture may take over."""
+        block of the capture may take over. `run`: the run cache's capture, which ends in
+        the locked section it began in (a recovery ends it)."""
         ins = [self.handles.get(t) for t in input_ids]
         self._run_writers(ins, f"a clients.jit trace of {name} reads it")
         self.flush_stream(stream_id, f"a clients.jit trace of {name} begins")
         if any(e.storage.status == FAILED for e in ins):
             return None
         tape = cap.Tape(name, ins, self.generation, self.ctx.pin)
+        tape.run = run
         inputs = set(input_ids)
         tape.foreign = {tid for tid, e in self.handles.entries.items()
                         if id(e.storage) in tape.input_storages and tid not in inputs}
@@ -882,7 +888,7 @@ class FusionServer:
         if variant in run.captures:
             return None
         dying = tuple(k for k, alive in enumerate(variant[1]) if not alive)
-        return self.begin_capture(stream_id, f"a recurring run of {len(run.outputs)} ops", run.inputs, dying)
+        return self.begin_capture(stream_id, f"a recurring run of {len(run.outputs)} ops", run.inputs, dying, True)
 
     def end_run_capture(self, stream_id: int, tape: cap.Tape, run: Run, variant: tuple, why: str) -> None:
         """Run what the run queued (flushed for `why`) and keep its capture; a run that

@@ -356,3 +356,28 @@ def test_a_stale_capture_is_captured_again(client):
         np.testing.assert_allclose((x + 5.0).numpy(), x.numpy() + 5, rtol=1e-6)
     d = delta(before)
     assert d["run_captures"] == 1 and d["run_replays"] == 2
+
+
+def test_an_interrupt_as_the_capture_begins_is_ended_by_the_recovery(client, monkeypatch, baseline):
+    server = client.server
+    real_begin = server.begin_capture
+    cut = []
+
+    def begin_then_interrupted(*args, **kwargs):  # an interrupt lands as the tape is handed back
+        tape = real_begin(*args, **kwargs)
+        if not cut:
+            cut.append(tape)
+            raise KeyboardInterrupt
+        return tape
+
+    x = clients.asarray(rand(56))
+    (x * 8.0 + 3.0).numpy()
+    monkeypatch.setattr(server, "begin_capture", begin_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        (x * 8.0 + 3.0).numpy()
+    assert cut and not server.tapes and not server.ctx.tapes  # (ended: its pins released)
+    for _ in range(3):
+        np.testing.assert_allclose((x * 8.0 + 3.0).numpy(), x.numpy() * 8 + 3, rtol=1e-6)
+    del x
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
