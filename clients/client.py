@@ -227,15 +227,18 @@ class FusionClient:
         there, if it is a recurring run (fusion_server/runs.py); the queue is then empty.
         Else nothing happens, and the queue is registered as usual."""
         server = self.server
-        queue = self.queues[stream_id]
+        if self._arrived():
+            # First: what died frees its buffers before the run takes new ones (the queue
+            # keeps every handle its ops read alive), and an ended thread's queue that reads
+            # a value of the run registers the run's ops now, not after it was judged a run.
+            self._drain()
+        queue = self.queues.get(stream_id)
+        if not queue:
+            return
         run = server.find_run(stream_id, queue, tid)
         if run is None:
             return
         variant = run.liveness(queue, server.handle_refs)
-        if self._arrived():
-            # What died frees its buffers before the run takes new ones, as when its ops
-            # are registered first (the queue keeps every handle they read alive).
-            self._drain()
         if server.replay_run(stream_id, run, variant):
             queue.clear()
             server.finish_replay(run)

@@ -64,13 +64,16 @@ class Tape:
         # Buffers of inputs a block may write its output into (see BlockContext.may_donate):
         # an output written so is the input's buffer taken over, at every replay.
         self.donatable: set[int] = set()
+        self.taken: set[int] = set()  # the inputs whose buffers a block took over
         self.held: list[Entry] = list(inputs)  # the inputs whose storages the capture pins meanwhile
         self.run = False  # the run cache's (see FusionServer.begin_capture)
         # Tensors that existed before the call and share an input's buffer (the argument
         # itself under another name, another view of it): what reads them reads a constant
         # that a buffer's identity cannot tell from the input, so the call is not captured.
         self.foreign: set[int] = set()
-        self.outside_writes: set[int] = set()  # storages other streams' blocks wrote meanwhile
+        # Storages other streams wrote meanwhile (held, not by id: a storage made later
+        # could take the id of one collected, and read as another thread's write)
+        self.outside_writes: set[Storage] = set()
         self.slot_of: dict[int, int] = {}  # id(buffer) -> slot, while the buffer is one
         self.slot_nbytes: list[int] = []
         self.keep: list = []  # every buffer and traced value seen: their ids stay theirs
@@ -92,7 +95,7 @@ class Tape:
                 for out in outputs_of(op):
                     e = entries.get(out.id)
                     if e is not None:
-                        self.outside_writes.add(id(e.storage))
+                        self.outside_writes.add(e.storage)
             return
         for op in ops:
             for tid in tensor_inputs(op):
@@ -100,7 +103,7 @@ class Tape:
                     self.broken = f"tensor {tid}, read in the call, shares a buffer with an argument"
                 elif self.outside_writes:
                     e = entries.get(tid)
-                    if e is not None and id(e.storage) in self.outside_writes:
+                    if e is not None and e.storage in self.outside_writes:
                         self.broken = f"tensor {tid}, read in the call, was computed on another thread meanwhile"
 
     def traced_value(self, traced: Any, dtype: np.dtype) -> np.generic:
@@ -121,6 +124,12 @@ class Tape:
             self.slot_of[key] = len(self.slot_nbytes)
             self.slot_nbytes.append(nbytes)
             self.keep.append(buffer)
+
+    def taken_over(self, buffer: Any) -> None:
+        """A block wrote its output into `buffer` in place of its dying owner's values."""
+        k = self.input_of.get(id(buffer))
+        if k is not None:
+            self.taken.add(k)
 
     def kernel(self, kernel: cl.Kernel, grid: tuple, local: tuple | None, args: list, entries: dict) -> None:
         self.steps.append([KERNEL, kernel, grid, local, [self.source(a, entries) for a in args], None])
@@ -197,7 +206,8 @@ class Capture:
                          offset == 0 and tuple(strides) == contiguous_strides(shape))
                         for src, nbytes, shape, _, strides, offset in outputs]
         out_slots = {src[1] for src, *_ in outputs if src[0] == SLOT}
-        self.donated = [src[1] for src, *_ in outputs if src[0] == DONATED]  # inputs whose buffers it takes over
+        # The inputs whose buffers it takes over: for an output, or a value that dies in the call
+        self.donated = sorted(tape.taken.union(src[1] for src, *_ in outputs if src[0] == DONATED))
         self.scratch = [j for j in range(len(self.slot_nbytes)) if j not in out_slots]
         self.steps = [self._compile(step, arg_types) for step in tape.steps]
         self.launches = sum(1 for step in tape.steps if step[-1] is not None)
@@ -286,13 +296,10 @@ def replay(ctx, capture: Capture, ins: list[Entry], scalars: list, out_irs: list
             if st is None:
                 st = storages[src[1]] = Storage(nbytes, PENDING)
                 st.writer = ir.id
-        elif kind == DONATED:  # the input's buffer taken over, as the traced block did
+        elif kind == DONATED:  # the input's buffer taken over, as the traced block did (below)
             st = Storage(nbytes, PENDING)
             st.writer = ir.id
-            donor = ins[src[1]].storage
-            st.buffer, donor.buffer = donor.buffer, None
-            donated.append(st)
-            ctx.counters["inplace_reuses"] += 1
+            donated.append((ins[src[1]].storage, st))
         elif kind == INPUT:
             st = ins[src[1]].storage
         elif kind == CONST:
@@ -300,7 +307,11 @@ def replay(ctx, capture: Capture, ins: list[Entry], scalars: list, out_irs: list
         else:
             st = Storage(nbytes, READY)
         entries[ir.id] = Entry(ir, st, strides, offset, contiguous)
-    written = list(storages.values()) + donated
+    # Only once every output has its entry (what an interrupt before leaves, the recovery
+    # fails whole, and a donor keeps its buffer for the next try).
+    for donor, st in donated:
+        ctx.take_over(donor, st)
+    written = list(storages.values()) + [st for _, st in donated]
     for e in ins:
         if e.storage.status == FAILED:
             ctx.fail(written, after_failed_input(f"clients.jit call of {capture.name}", e.ir.id, e.storage.error))

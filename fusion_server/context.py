@@ -161,6 +161,17 @@ class BlockContext:
         tape = self.tape
         return tape is None or id(storage.buffer) in tape.slot_of or id(storage.buffer) in tape.donatable
 
+    def take_over(self, donor: Storage, storage: Storage):
+        """Move `donor`'s buffer to `storage` (in-place reuse; see `may_donate`) and return
+        it. A capture notes the input whose buffer it was: each replay takes it over too."""
+        buffer = donor.buffer
+        donor.buffer = None  # (before it has its new holder: an interrupt between leaks it to
+        storage.buffer = buffer  # the recovery's reconciling, never to two holders)
+        self.counters["inplace_reuses"] += 1
+        if self.tape is not None:
+            self.tape.taken_over(buffer)
+        return buffer
+
     def follow_allocations(self, tape) -> None:
         """Start (`tape` set) or stop following the pool for a capture."""
         if tape not in self.tapes:

@@ -43,6 +43,9 @@ from .ir import ElementwiseOp, MatmulOp, ReduceOp, Scalar, TensorIr
 # captures past this many, the oldest first.
 MAX_SEEN = 4096
 MAX_CAPTURES = 256
+# Captures of one key and variant that could not be kept (a block failed, another thread
+# wrote what the run read meanwhile) before it is left to the usual path for good.
+MAX_CAPTURE_TRIES = 3
 _ID = itemgetter(0)  # a TensorIr's id
 _HANDLES = itemgetter(2)  # the handles of a queued (sequence, op, handles)
 _OP = itemgetter(1)  # its op
@@ -75,7 +78,7 @@ def outliving(handles: list, held: Counter | dict) -> list[bool]:
 class Run:
     """A thread's queue as the run cache sees it: its key, the tensors it reads from
     outside (in first-use order), its ops' outputs, and the captures kept for its key
-    (by live outputs), or None the first time the key is seen."""
+    (by variant: Capture, or how many tries failed to make one)."""
 
     __slots__ = ("key", "inputs", "outputs", "captures", "dead")
 
@@ -213,7 +216,7 @@ class RunCache:
 
     def __init__(self) -> None:
         self.seen: set[tuple] = set()
-        self.captures: dict[tuple, dict] = {}  # key -> {live output positions: Capture or None}
+        self.captures: dict[tuple, dict] = {}  # key -> {variant: Capture, or failed tries}
 
     def find(self, queue: Iterable, entries: dict, tid: int | None = None) -> Run | None:
         """The queue as a run (writing `tid`, if given); None when it cannot be cached or

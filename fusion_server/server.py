@@ -53,7 +53,7 @@ from .ir import (
     tensor_inputs,
 )
 from .plans import PlanStore
-from .runs import CALL, Run, RunCache
+from .runs import CALL, MAX_CAPTURE_TRIES, Run, RunCache
 from .runtime import DeviceInfo, DeviceRuntime
 from .runtime.widths import VectorWidths
 from .stream import Stream
@@ -802,6 +802,10 @@ class FusionServer:
             return False
         self.counters[counter] += 1
         cap.replay(self.ctx, capture, ins, scalars, out_irs)
+        if self.tapes:  # (another thread traces meanwhile: what this wrote is no constant of its call)
+            written = [entries[ir.id].storage for ir in out_irs if ir.id in entries]
+            for tape in self.tapes.values():
+                tape.outside_writes.update(written)
         return True
 
     # -- the run cache (runs.py) ---------------------------------------------------------
@@ -827,7 +831,7 @@ class FusionServer:
         ops were registered and flushed; False (nothing changed) when there is none, or
         when an input whose buffer it takes over is still needed (another view of it)."""
         capture = run.captures.get(variant)
-        if not capture:
+        if type(capture) is not cap.Capture:
             return False
         entries = self.handles.entries
         for k in capture.donated:
@@ -858,7 +862,15 @@ class FusionServer:
         del dead
         refs = self.handle_refs
         if any(map(is_, handles, repeat(None))):  # (rare: a value dropped before the flush)
-            self.gone.update([t for t, h in zip(ids, handles) if h is None and t in refs])
+            # Its drop was drained (an early drop, which no entry will ever take) or is on
+            # its way (expected: see drain_drops).
+            early = self.early_drops
+            for t, h in zip(ids, handles):
+                if h is None:
+                    if t in refs:
+                        self.gone.add(t)
+                    else:
+                        early.discard(t)
             ids = [t for t, h in zip(ids, handles) if h is not None]
             handles = [h for h in handles if h is not None]
         watch = list(map(weakref.ref, handles))
@@ -885,7 +897,8 @@ class FusionServer:
         """Start capturing the run (its ops are registered and flushed next; then
         `end_run_capture`); None when this variant was found not to capture, or is
         captured but could not be replayed now."""
-        if variant in run.captures:
+        tries = run.captures.get(variant, 0)
+        if type(tries) is not int or tries >= MAX_CAPTURE_TRIES:
             return None
         dying = tuple(k for k, alive in enumerate(variant[1]) if not alive)
         return self.begin_capture(stream_id, f"a recurring run of {len(run.outputs)} ops", run.inputs, dying, True)
@@ -894,12 +907,21 @@ class FusionServer:
         """Run what the run queued (flushed for `why`) and keep its capture; a run that
         cannot be replayed is remembered as such (False)."""
         self.flush_stream(stream_id, why)
-        capture = self.end_capture(stream_id, tape, [run.outputs[k].id for k in variant[0]], "run_captures")
+        out_ids = [run.outputs[k].id for k in variant[0]]
+        entries = self.handles.entries
+        if not all(map(entries.__contains__, out_ids)):
+            # A value held when the run was judged was dropped since (by another thread, or
+            # the garbage collector): the capture is of another variant, left for next time.
+            self.abort_capture(stream_id, tape)
+            return
+        capture = self.end_capture(stream_id, tape, out_ids, "run_captures")
         if capture is not None and any(src[0] == cap.CONST for src, *_ in capture.outputs):
             capture = None  # (a value the run did not compute, which its ops should have)
         if capture is not None:
             capture.note = f"replayed from the run cache: {capture.name}"
-        run.captures[variant] = capture or False
+        # (one that could not be kept is tried again on a later run, as long as the reason
+        # may have been passing: another thread's write, a failed block; then never)
+        run.captures[variant] = capture or run.captures.get(variant, 0) + 1
 
     def _run_writers(self, entries: list, why: str) -> None:
         """Run the queues whose ops write any of `entries` (pending values), in order."""

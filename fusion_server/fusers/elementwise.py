@@ -678,9 +678,7 @@ def _take_donor(ctx: BlockContext, donors: list[Entry], out: Entry):
         if st.nbytes == out.storage.nbytes and donor.ir.dtype.itemsize == out.ir.dtype.itemsize:
             del donors[k]
             # Same size: the pool's accounting holds; the donor hands nothing back later.
-            out.storage.buffer, st.buffer = st.buffer, None
-            ctx.counters["inplace_reuses"] += 1
-            return out.storage.buffer
+            return ctx.take_over(st, out.storage)
     return None
 
 
