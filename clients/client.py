@@ -69,6 +69,10 @@ MAX_PENDING_DROPS = 256  # registering drains dropped ids only past this many
 INBOX_BATCH = 64
 INBOX_MAX = 4096
 CHANNELS = ("inbox", "lock")  # the first is the default (see docs/architecture.md, "The channel")
+# `call(flushing=...)` for a thread's queue registered as a batch (no flush follows), and
+# for a flush or sync of all its work; any other value is the id of a tensor read.
+BATCH = -2
+ALL = -1
 
 
 def _nothing(server: FusionServer) -> None:
@@ -193,8 +197,9 @@ class FusionClient:
         point resumes where it stopped. What arrived without the lock (drops, unpins,
         ended threads) is applied first, or with `drain_after` once `fn` has returned:
         for an enqueue the device should start as soon as it can (a jitted call's).
-        `flushing`: `fn` runs this thread's queued work (-1: all of it; else the id of a
-        tensor it reads), which the run cache may then replay (`_run_queue`).
+        `flushing`: `fn` runs this thread's queued work (ALL of it; else the id of a tensor
+        it reads), or the queue is a BATCH registered on the way; the run cache may then
+        replay it (`_run_queue`).
         """
         me = _get_ident()
         while True:
@@ -203,7 +208,7 @@ class FusionClient:
                 self._owner = me
                 try:
                     if flushing is not None and self.queues.get(me):
-                        self._run_queue(me, None if flushing < 0 else flushing)
+                        self._run_queue(me, flushing)
                     queue = self.queues.get(me)
                     if queue:
                         self._register_queue(me, queue)
@@ -222,10 +227,12 @@ class FusionClient:
                     self._owner = None
             job.run()  # outside the lock: other threads keep working meanwhile
 
-    def _run_queue(self, stream_id: int, tid: int | None) -> None:
-        """Before a flush: replay the thread's queue from the run cache, or capture it
-        there, if it is a recurring run (fusion_server/runs.py); the queue is then empty.
-        Else nothing happens, and the queue is registered as usual."""
+    def _run_queue(self, stream_id: int, flushing: int) -> None:
+        """Before a flush, or as a batch is registered (`call`'s `flushing`): replay the
+        thread's queue from the run cache, or capture it there, if it is a recurring run
+        (fusion_server/runs.py); the queue is then empty. Else nothing happens, and the
+        queue is registered as usual."""
+        tid = flushing if flushing >= 0 else None
         server = self.server
         if self._arrived():
             # First: what died frees its buffers before the run takes new ones (the queue
@@ -235,7 +242,7 @@ class FusionClient:
         queue = self.queues.get(stream_id)
         if not queue:
             return
-        run = server.find_run(stream_id, queue, tid)
+        run = server.find_run(stream_id, queue, tid, flushing == BATCH)
         if run is None:
             return
         variant = run.liveness(queue, server.handle_refs)
@@ -250,7 +257,9 @@ class FusionClient:
             if tape is None:
                 return
             self._register_queue(stream_id, queue)
-            server.end_run_capture(stream_id, tape, run, variant, "flush" if tid is None else f"tensor {tid} is read")
+            why = f"tensor {tid} is read" if tid is not None else "flush" if flushing == ALL else \
+                f"a batch of {len(run.outputs)} ops recurs"
+            server.end_run_capture(stream_id, tape, run, variant, why)
         except BaseException:
             if tape is not None:  # (else, an interrupt: the recovery ends the capture)
                 server.abort_capture(stream_id, tape)
@@ -371,7 +380,11 @@ class FusionClient:
         queue.append((next(self._sequence), op, reads))
         n = len(queue)
         if n >= INBOX_BATCH and (n >= INBOX_MAX or not self._lock.locked()):
-            self.call(_nothing)  # (a thread that loses the race for the lock waits here, once)
+            # (A thread that loses the race for the lock waits here, once. Only a batch of
+            # INBOX_BATCH ops may be a recurring run: one that grew while another thread
+            # held the lock ends wherever that race ended, and as a run its flush would cut
+            # a block there.)
+            self.call(_nothing, flushing=BATCH if n == INBOX_BATCH else None)
 
     def register(self, op: OperationIr, *reads: Any) -> None:
         """Queue `op` now, in a locked section (`reads`, its input handles, are not needed:
@@ -424,13 +437,13 @@ class FusionClient:
         if _traced.tracing:
             _traced.refuse_read("waits for the device")
         me = _get_ident()
-        event = self.call(lambda server: server.sync(me), flushing=-1)
+        event = self.call(lambda server: server.sync(me), flushing=ALL)
         waits.wait(event, self.spin_seconds)
 
     def flush(self) -> None:
         """Launch this thread's queued work without waiting for it."""
         me = _get_ident()
-        self.call(lambda server: server.flush_stream(me, "flush"), flushing=-1)
+        self.call(lambda server: server.flush_stream(me, "flush"), flushing=ALL)
 
     def stats(self) -> dict:
         def counted(server: FusionServer) -> dict:

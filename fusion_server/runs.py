@@ -4,11 +4,11 @@ Numpy-style code repeats itself: a loop body, a request handler, a simulation ti
 the same few ops on new tensors and reads a result. Each time, the plan store spares the
 fusers, but every op still costs its entry, its signature, its step through the store,
 its retirement and its dead handle. The run cache spares all of that for a run that ends
-in a read, a `sync()` or a `flush()`:
+in a read, a `sync()` or a `flush()`, or that fills a batch of the inbox on the way:
 
 - A *run* is a thread's whole queue of recorded ops (element-wise ops, reductions, matmul)
   at such a point, with the thread's stream empty before it: the run is the only work
-  the flush does for that thread.
+  the flush does for that thread. (A batch that recurs has its stream run first.)
 - Its *key* holds each op with the tensors it reads renumbered (an earlier op of the run
   by position, a tensor from outside by order of first use), its scalar values and exact
   shapes, and the layout and storage size of each tensor from outside, which must be
@@ -36,6 +36,8 @@ from sys import getrefcount
 from types import NoneType
 from typing import Any
 
+import numpy as np
+
 from .handles import READY
 from .ir import ElementwiseOp, MatmulOp, ReduceOp, Scalar, TensorIr
 
@@ -57,6 +59,7 @@ _ELEMENTWISE = {ElementwiseOp}
 _IS_INT = int.__instancecheck__
 _IS_SCALAR = Scalar.__instancecheck__
 _VALUE = itemgetter(0)  # a Scalar's value
+_IS_COMPLEX = np.complexfloating.__instancecheck__
 _BYTES = methodcaller("tobytes")
 CALL = methodcaller("__call__")  # a weak reference's referent (NoneType's call: None)
 # The codes of ops' outputs and of inputs (see run_of), made once; a longer run takes
@@ -114,14 +117,15 @@ class Run:
         return {out.id for out in self.outputs}
 
 
-def run_of(queue: Iterable, entries: dict, tid: int | None = None) -> tuple[tuple, list[int], list[TensorIr]] | None:
+def run_of(queue: Iterable, entries: dict, tid: int | None = None,
+           stream: int | None = None) -> tuple[tuple, list[int], list[TensorIr]] | None:
     """(key, inputs, outputs) of a queue of (sequence, op, handles); None when the run
-    cannot be cached (an op of another kind, a tensor from outside not written yet) or
-    does not write `tid`, if given."""
+    cannot be cached (an op of another kind, a tensor from outside not written yet, nor
+    pending on `stream`, if given) or does not write `tid`, if given."""
     ops = list(map(_OP, queue))
     if len(ops) < len(_CODES) and set(map(type, ops)) == _ELEMENTWISE:
         key, code, inputs, outputs = _elementwise_run(ops)
-        return _with_inputs(key, code, inputs, outputs, entries, tid)
+        return _with_inputs(key, code, inputs, outputs, entries, tid, stream)
     # Tensor id -> (position,) of the op that writes it, or (-1 - input number,): tuples,
     # so that an operand mapped through `code` is an int only when it is a tensor from
     # outside seen for the first time (a Scalar maps to itself: its value is in the key).
@@ -150,7 +154,7 @@ def run_of(queue: Iterable, entries: dict, tid: int | None = None) -> tuple[tupl
             return None  # (None: a handle kept until the ops before it are registered)
         code[out[0]] = (n,)
         outputs.append(out)
-    return _with_inputs(tuple(parts), code, inputs, outputs, entries, tid)
+    return _with_inputs(tuple(parts), code, inputs, outputs, entries, tid, stream)
 
 
 def _elementwise_run(ops: list) -> tuple[tuple, dict, list[int], list[TensorIr]]:
@@ -171,14 +175,18 @@ def _elementwise_run(ops: list) -> tuple[tuple, dict, list[int], list[TensorIr]]
 
 
 def _scalar_bytes(operands: Iterable) -> tuple[bytes, ...]:
-    """The bytes of the Scalars among `operands`: in a key beside the Scalars themselves,
-    since 0.0 and -0.0 are equal values with equal hashes (and a capture bakes values in)."""
-    return tuple(map(_BYTES, map(_VALUE, filter(_IS_SCALAR, operands))))
+    """The bytes of the zero and complex Scalars among `operands`: in a key beside the
+    Scalars themselves, since 0.0 and -0.0 (or complex values that differ only in a zero's
+    sign) are equal values with equal hashes, and a capture bakes values in. (The bytes of
+    every Scalar would do, at 0.6 us each.)"""
+    values = list(map(_VALUE, filter(_IS_SCALAR, operands)))
+    return tuple(map(_BYTES, chain(filter(not_, values), filter(_IS_COMPLEX, values))))
 
 
 def _with_inputs(key: tuple, code: dict, inputs: list[int], outputs: list[TensorIr], entries: dict,
-                 tid: int | None) -> tuple[tuple, list[int], list[TensorIr]] | None:
-    """`run_of`'s result: the key with the layouts of the inputs, which must be written."""
+                 tid: int | None, stream: int | None) -> tuple[tuple, list[int], list[TensorIr]] | None:
+    """`run_of`'s result: the key with the layouts of the inputs, which must be written
+    (or pending on `stream`, which is flushed before the run)."""
     if tid is not None and code.get(tid, (-1,))[0] < 0:
         return None
     layouts = []
@@ -188,13 +196,22 @@ def _with_inputs(key: tuple, code: dict, inputs: list[int], outputs: list[Tensor
         if e is None:
             return None
         st = e.storage
-        if st.status != READY or st.buffer is None:
+        if (st.status != READY or st.buffer is None) and (stream is None or st.stream != stream):
             return None
         layouts.append((e.ir.dtype, e.ir.shape, e.strides, e.offset, st.nbytes))
         storages.append(st)
     if len(storages) > 1 and len(set(map(id, storages))) < len(storages):
         layouts.append(tuple(next(j for j, s in enumerate(storages) if s is st) for st in storages))
     return (key, tuple(layouts)), inputs, outputs
+
+
+def written(inputs: list[int], entries: dict) -> bool:
+    """Whether the tensors `inputs` are all written (after a flush that was to write them)."""
+    for t in inputs:
+        e = entries.get(t)
+        if e is None or e.storage.status != READY or e.storage.buffer is None:
+            return False
+    return True
 
 
 def _first_uses(args: tuple, code: dict, inputs: list[int]) -> tuple:
@@ -218,10 +235,10 @@ class RunCache:
         self.seen: set[tuple] = set()
         self.captures: dict[tuple, dict] = {}  # key -> {variant: Capture, or failed tries}
 
-    def find(self, queue: Iterable, entries: dict, tid: int | None = None) -> Run | None:
-        """The queue as a run (writing `tid`, if given); None when it cannot be cached or
-        its key is new (noted)."""
-        found = run_of(queue, entries, tid)
+    def find(self, queue: Iterable, entries: dict, tid: int | None = None, stream: int | None = None) -> Run | None:
+        """The queue as a run (writing `tid`, if given; reading values pending on `stream`,
+        if given); None when it cannot be cached or its key is new (noted)."""
+        found = run_of(queue, entries, tid, stream)
         if found is None:
             return None
         key, inputs, outputs = found

@@ -53,7 +53,7 @@ from .ir import (
     tensor_inputs,
 )
 from .plans import PlanStore
-from .runs import CALL, MAX_CAPTURE_TRIES, Run, RunCache
+from .runs import CALL, MAX_CAPTURE_TRIES, Run, RunCache, written
 from .runtime import DeviceInfo, DeviceRuntime
 from .runtime.widths import VectorWidths
 from .stream import Stream
@@ -809,22 +809,34 @@ class FusionServer:
         return True
 
     # -- the run cache (runs.py) ---------------------------------------------------------
-    def find_run(self, stream_id: int, queue: deque, tid: int | None) -> Run | None:
+    def find_run(self, stream_id: int, queue: deque, tid: int | None, batch: bool = False) -> Run | None:
         """The thread's queue as a run the cache has seen before, when the flush about to
         happen runs it alone: lazy mode, the thread's stream empty and not capturing, and
         `tid` (the tensor read; None for a flush or a sync) written by the run. None
-        otherwise, or when the run is new (the cache notes it)."""
+        otherwise, or when the run is new (the cache notes it).
+
+        A `batch` (the queue registered on the way, no flush due) may follow ops the
+        stream still holds: when the batch recurs, those run first, alone, so that the
+        batch is again the only work of its flush. (Not before a read: there, the stream's
+        ops fuse with the run's, and a run replayed saves host time, not kernels.)"""
         if not self.run_cache_enabled or self.mode != "lazy" or stream_id in self.tapes:
-            return None
-        stream = self.streams.get(stream_id)
-        if stream is not None and stream.queue:
             return None
         first = queue[0][1]
         if first is None or outputs_of(first)[0].id <= self.registered_upto.get(stream_id, -1):
             # (registered already, by a section that a kernel build or an interrupt cut
             # short, or by another thread: the ops are not the run's to capture)
             return None
-        return self.runs.find(queue, self.handles.entries, tid)
+        stream = self.streams.get(stream_id)
+        if stream is None or not stream.queue:
+            return self.runs.find(queue, self.handles.entries, tid)
+        if not batch:
+            return None
+        # (its inputs may be values the stream holds: they are written by the flush)
+        run = self.runs.find(queue, self.handles.entries, None, stream_id)
+        if run is None:
+            return None
+        self.flush_stream(stream_id, f"a batch of {len(run.outputs)} ops that recurs follows")
+        return run if written(run.inputs, self.handles.entries) else None
 
     def replay_run(self, stream_id: int, run: Run, variant: tuple) -> bool:
         """Replay the run's capture for `variant` (its live outputs and inputs), as if its

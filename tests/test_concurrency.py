@@ -175,7 +175,7 @@ def test_read_while_another_thread_flushes_a_long_queue():
     def long_queue():
         t = x
         for i in range(600):  # many blocks' worth of ops, launched as blocks close
-            t = t * 0.999 + 0.001
+            t = t * 0.999 + (0.001 + i * 1e-7)  # (new scalars: no batch recurs and empties the stream)
             if i == 300:
                 a_queued.set()
         assert b_done.wait(TIMEOUT)
@@ -196,8 +196,8 @@ def test_read_while_another_thread_flushes_a_long_queue():
     b_done.set()
     got = joined(th, box)
     want = a.copy()
-    for _ in range(600):
-        want = want * np.float32(0.999) + np.float32(0.001)
+    for i in range(600):
+        want = want * np.float32(0.999) + np.float32(0.001 + i * 1e-7)
     np.testing.assert_allclose(got, want, rtol=1e-4)
 
 

@@ -103,6 +103,9 @@ def test_demo_runs_and_checks_against_numpy(capsys):
     line = next(ln for ln in out.splitlines() if ln.startswith("plan store"))
     replayed, total = (int(w) for w in line.split()[2:5:2])
     assert total > 0 and replayed == total
+    # ... or from the run cache, as every workload repeats its ops in each iteration.
+    line = next(ln for ln in out.splitlines() if ln.startswith("run cache"))
+    assert int(line.split()[2]) > 0
     assert clients.stats()["mode"] == "lazy"  # the eager comparison switched back
 
 

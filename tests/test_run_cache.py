@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 import clients
+from clients.client import INBOX_BATCH
 from fusion_server import runs
 from fusion_server.errors import TensorFailedError
+from fusion_server.ir import Scalar
 from tests.conftest import exploding_kernel, rand, run_python, server_settings, settle
 
 
@@ -544,3 +546,126 @@ def test_a_trace_on_another_thread_does_not_take_a_replayed_value_for_a_constant
     np.testing.assert_allclose(out.numpy(), x.numpy() * 2 + x.numpy() * 3 + 1, rtol=1e-6)
     assert after["run_replays"] - before["run_replays"] == 1
     assert after["jit_traces"] == before["jit_traces"]  # (not kept: it read another thread's new value)
+
+
+def steps(y, n: int):
+    """`n` steps of two element-wise ops each (a loop with no read)."""
+    for _ in range(n):
+        y = y * 1.0001 + 0.5
+    return y
+
+
+def test_a_recurring_batch_is_replayed_on_the_way_without_a_read():
+    host = rand(512)
+    x = clients.asarray(host)
+    batches = 5
+    n = batches * INBOX_BATCH // 2
+    want = steps(host, n)
+
+    def loop() -> dict:
+        before = counts()
+        with clients.inspect() as rec:
+            y = steps(x, n)
+            clients.flush()
+        np.testing.assert_allclose(y.numpy(), want, rtol=1e-5)
+        return delta(before) | {"explained": rec.explain()}
+
+    loop()  # (its kernels built: a build during a capture leaves it for the next batch)
+    with server_settings(run_cache_enabled=True):  # (an empty cache)
+        d = loop()
+        # The first batch is noted, the second captured (the first runs before it), the
+        # rest replayed; a batch is as many ops as a kernel fuses.
+        assert (d["run_captures"], d["run_replays"], d["kernels_launched"]) == (1, batches - 2, batches)
+        assert d["plan_hits"] + d["explorations"] == 2  # (the replays reached no stream)
+        assert f"a batch of {INBOX_BATCH} ops that recurs follows" in d["explained"]
+        assert f"replayed from the run cache: a recurring run of {INBOX_BATCH} ops" in d["explained"]
+        # The first batch reads a held tensor (the others a dead one, whose buffer they
+        # take over): another variant, captured, then replayed too.
+        d = loop()
+        assert (d["run_captures"], d["run_replays"], d["kernels_launched"]) == (1, batches - 1, batches)
+        d = loop()
+        assert (d["run_captures"], d["run_replays"], d["kernels_launched"]) == (0, batches, batches)
+
+
+def test_recurring_batches_after_new_ops_and_before_a_read(baseline):
+    host = rand(300)
+    x = clients.asarray(host)
+    replays = []
+    for k in range(5):
+        before = counts()
+        p = x * float(k)  # a new scalar: the first batch of each round is a new run
+        got = steps(p, 3 * INBOX_BATCH // 2).numpy()
+        replays.append(delta(before)["run_replays"])
+        np.testing.assert_allclose(got, steps(host * np.float32(k), 3 * INBOX_BATCH // 2), rtol=1e-5)
+    # Rounds 1 and 2 note and capture the batch (the one after the new ops, and the next),
+    # and then the read's run of one op; later rounds replay both batches and the run.
+    assert replays[-2:] == [3, 3]
+    del p
+    settle()
+    assert clients.stats()["buffers_live"] == baseline + 1
+
+
+def test_a_batch_whose_input_fails_as_the_stream_runs_first_is_not_replayed(client, monkeypatch):
+    host = rand(64)
+    x = clients.asarray(host)
+    real = client.server.ctx.launch
+
+    def failing(kernel, global_size, local, args, kind, ops, *rest, **kw):
+        if "sqrt" in ops:
+            raise RuntimeError("sqrt's block exploded")
+        return real(kernel, global_size, local, args, kind, ops, *rest, **kw)
+
+    def round(k: int):
+        # Two batches: one with new ops (a new scalar), left in the stream; then one that
+        # recurs, whose input the stream writes.
+        return steps(clients.sqrt(x * float(k)), INBOX_BATCH - 1)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(client.server.ctx, "launch", failing)
+        before = counts()
+        for k in range(4):
+            with pytest.raises(TensorFailedError, match="sqrt's block exploded"):
+                round(k).numpy()
+        assert delta(before)["run_replays"] == 0
+    before = counts()
+    got = [round(k).numpy() for k in range(1, 5)]
+    assert delta(before)["run_replays"] >= 2  # (the batch goes on as a run once its input is written)
+    for k, values in enumerate(got, 1):
+        np.testing.assert_allclose(values, steps(np.sqrt(host * np.float32(k)), INBOX_BATCH - 1), rtol=1e-5)
+
+
+def test_a_zero_scalar_of_the_other_sign_is_another_run():
+    x = clients.asarray(np.abs(rand(64)) + 0.5)  # (positive: x * -0.0 is -0.0 everywhere)
+    for s in (0.0, -0.0, 0.0, -0.0):
+        for _ in range(3):  # (captured and replayed for the first sign)
+            got = (x * s).numpy()
+            assert (np.signbit(got) == np.signbit(np.float32(s))).all(), s
+    # The same for the parts of complex scalars, which equal values cannot tell apart.
+    one, i = np.complex64(1), np.complex64(1j)
+    for a, b in ((np.float32(0.0), np.float32(-0.0)), (one, np.conj(one)), (i, -np.conj(i))):
+        assert a == b and runs._scalar_bytes([Scalar(a, a.dtype)]) != runs._scalar_bytes([Scalar(b, b.dtype)])
+
+
+def test_a_batch_that_grew_while_the_lock_was_held_is_not_a_run(client):
+    x = clients.asarray(rand(64))
+    held, release = threading.Event(), threading.Event()
+
+    def hold(server) -> None:
+        held.set()
+        assert release.wait(30)
+
+    before = counts()
+    for _ in range(3):
+        held.clear()
+        release.clear()
+        holder = threading.Thread(target=client.call, args=(hold,))
+        holder.start()
+        assert held.wait(30)
+        try:
+            y = steps(x, INBOX_BATCH)  # (the queue grows past the batch: the lock is taken)
+        finally:
+            release.set()
+            holder.join(30)
+        y = y + 1.0  # (registers the queue, now INBOX_BATCH * 2 + 1 ops, as it is)
+        np.testing.assert_allclose(y.numpy(), steps(x.numpy(), INBOX_BATCH) + 1, rtol=1e-5)
+    assert delta(before)["run_captures"] + delta(before)["run_replays"] == 0
