@@ -188,6 +188,9 @@ class FusionServer:
         # Per stream, the last output id registered: an op seen again (its caller was
         # interrupted before it knew) is not registered twice, even once it has run.
         self.registered_upto: dict[int, int] = {}
+        # Per stream, the first output id of the last batch (see find_run) that came to it
+        # empty: while its queue still starts there, it holds that batch and what followed.
+        self.batch_start: dict[int, int] = {}
         self.tapes: dict[int, cap.Tape] = {}  # stream id -> its capture in progress (clients.jit)
         # Counts changes of what streams are made with: a capture made before one is void.
         self.generation = 0
@@ -274,6 +277,7 @@ class FusionServer:
         while self.ended_streams:
             self.flush_stream(self.ended_streams[0], "its thread ended", drop=True)
             self.registered_upto.pop(self.ended_streams[0], None)
+            self.batch_start.pop(self.ended_streams[0], None)
             self.ended_streams.popleft()  # only once flushed (a flush may need a compile first)
 
     # What `reconfigure` may change: what streams are made with.
@@ -815,10 +819,14 @@ class FusionServer:
         `tid` (the tensor read; None for a flush or a sync) written by the run. None
         otherwise, or when the run is new (the cache notes it).
 
-        A `batch` (the queue registered on the way, no flush due) may follow ops the
-        stream still holds: when the batch recurs, those run first, alone, so that the
-        batch is again the only work of its flush. (Not before a read: there, the stream's
-        ops fuse with the run's, and a run replayed saves host time, not kernels.)"""
+        A `batch` (the queue registered on the way, no flush due) may also follow the last
+        batch that found the stream empty, still queued there whole (the usual path took
+        it, its key being new): when the batch recurs, the stream runs first, alone, so that
+        the batch is again the only work of its flush. That block was cut where the last
+        batch began, as a loop's batches are each time; a stream that holds more, or less,
+        of a batch (one that grew while another thread held the lock, say) is left as it
+        is: cut there, its block would be a kernel of a length that contention chose. (Not
+        before a read either: there, the stream's ops fuse with the run's.)"""
         if not self.run_cache_enabled or self.mode != "lazy" or stream_id in self.tapes:
             return None
         first = queue[0][1]
@@ -828,8 +836,10 @@ class FusionServer:
             return None
         stream = self.streams.get(stream_id)
         if stream is None or not stream.queue:
+            if batch:
+                self.batch_start[stream_id] = outputs_of(first)[0].id
             return self.runs.find(queue, self.handles.entries, tid)
-        if not batch:
+        if not batch or outputs_of(stream.queue[0])[0].id != self.batch_start.get(stream_id):
             return None
         # (its inputs may be values the stream holds: they are written by the flush)
         run = self.runs.find(queue, self.handles.entries, None, stream_id)

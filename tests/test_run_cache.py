@@ -591,14 +591,15 @@ def test_recurring_batches_after_new_ops_and_before_a_read(baseline):
     host = rand(300)
     x = clients.asarray(host)
     replays = []
-    for k in range(5):
+    for k in range(6):
         before = counts()
         p = x * float(k)  # a new scalar: the first batch of each round is a new run
         got = steps(p, 3 * INBOX_BATCH // 2).numpy()
         replays.append(delta(before)["run_replays"])
         np.testing.assert_allclose(got, steps(host * np.float32(k), 3 * INBOX_BATCH // 2), rtol=1e-5)
-    # Rounds 1 and 2 note and capture the batch (the one after the new ops, and the next),
-    # and then the read's run of one op; later rounds replay both batches and the run.
+    # The batch after the new ops, the next (its key the same) and the read's run of one
+    # op are noted, then captured (where a capture waits for a kernel build, a round
+    # later), then replayed: three replays a round once every capture is made.
     assert replays[-2:] == [3, 3]
     del p
     settle()
@@ -669,3 +670,20 @@ def test_a_batch_that_grew_while_the_lock_was_held_is_not_a_run(client):
         y = y + 1.0  # (registers the queue, now INBOX_BATCH * 2 + 1 ops, as it is)
         np.testing.assert_allclose(y.numpy(), steps(x.numpy(), INBOX_BATCH) + 1, rtol=1e-5)
     assert delta(before)["run_captures"] + delta(before)["run_replays"] == 0
+
+
+def test_a_stream_that_holds_part_of_a_batch_is_not_cut_before_one():
+    """Batches a few ops off the stream's blocks (an op registered alone before them) go
+    the usual way: cut where a batch begins, a block would be a kernel of a length that
+    timing chose (under contention, a new one to build each time)."""
+    x = clients.asarray(rand(64))
+    before = counts()
+    for _ in range(4):
+        p = x * 2.0
+        clients.stats()  # (a locked section: it registers `p` alone)
+        with clients.inspect() as rec:
+            y = steps(p, 3 * INBOX_BATCH // 2)
+            clients.flush()
+        assert [len(k.ops) for k in rec.kernels] == [INBOX_BATCH] * 3 + [1]
+        np.testing.assert_allclose(y.numpy(), steps(x.numpy() * 2, 3 * INBOX_BATCH // 2), rtol=1e-5)
+    assert delta(before)["run_replays"] == 0
