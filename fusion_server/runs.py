@@ -232,7 +232,10 @@ class RunCache:
     """Keys seen once, and the captures of keys seen again (module docstring)."""
 
     def __init__(self) -> None:
-        self.seen: set[tuple] = set()
+        # The hashes of keys seen once, not the keys: a program that never repeats itself
+        # notes a key per batch of 64 ops (11 kB each, kept by the thousand). Two keys of
+        # one hash only make the second captured a time early.
+        self.seen: set[int] = set()
         self.captures: dict[tuple, dict] = {}  # key -> {variant: Capture, or failed tries}
 
     def find(self, queue: Iterable, entries: dict, tid: int | None = None, stream: int | None = None) -> Run | None:
@@ -244,12 +247,13 @@ class RunCache:
         key, inputs, outputs = found
         captures = self.captures.get(key)
         if captures is None:
-            if key not in self.seen:
+            noted = hash(key)
+            if noted not in self.seen:
                 if len(self.seen) >= MAX_SEEN:
                     self.seen.clear()
-                self.seen.add(key)
+                self.seen.add(noted)
                 return None
-            self.seen.discard(key)
+            self.seen.discard(noted)
             if len(self.captures) >= MAX_CAPTURES:
                 self.captures.pop(next(iter(self.captures)))
             captures = self.captures[key] = {}
