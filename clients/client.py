@@ -259,7 +259,7 @@ class FusionClient:
             self._register_queue(stream_id, queue)
             why = f"tensor {tid} is read" if tid is not None else "flush" if flushing == ALL else \
                 f"a batch of {len(run.outputs)} ops recurs"
-            server.end_run_capture(stream_id, tape, run, variant, why)
+            server.end_run_capture(stream_id, tape, run, variant, why, flushing == BATCH)
         except BaseException:
             if tape is not None:  # (else, an interrupt: the recovery ends the capture)
                 server.abort_capture(stream_id, tape)

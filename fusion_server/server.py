@@ -62,6 +62,9 @@ log = logging.getLogger("fusion_server")
 
 MODES = ("lazy", "eager")
 MAX_EARLY_DROPS = 100_000
+# Batches a stream registers in a row that are no known run before only one in this many is
+# looked up in the run cache (see find_run).
+BATCH_BACKOFF = 8
 
 
 @dataclass
@@ -191,6 +194,8 @@ class FusionServer:
         # Per stream, the first output id of the last batch (see find_run) that came to it
         # empty: while its queue still starts there, it holds that batch and what followed.
         self.batch_start: dict[int, int] = {}
+        # Per stream, batches in a row that were no run the cache knew (see find_run).
+        self.batch_misses: dict[int, int] = {}
         self.tapes: dict[int, cap.Tape] = {}  # stream id -> its capture in progress (clients.jit)
         # Counts changes of what streams are made with: a capture made before one is void.
         self.generation = 0
@@ -278,6 +283,7 @@ class FusionServer:
             self.flush_stream(self.ended_streams[0], "its thread ended", drop=True)
             self.registered_upto.pop(self.ended_streams[0], None)
             self.batch_start.pop(self.ended_streams[0], None)
+            self.batch_misses.pop(self.ended_streams[0], None)
             self.ended_streams.popleft()  # only once flushed (a flush may need a compile first)
 
     # What `reconfigure` may change: what streams are made with.
@@ -820,13 +826,13 @@ class FusionServer:
         otherwise, or when the run is new (the cache notes it).
 
         A `batch` (the queue registered on the way, no flush due) may also follow the last
-        batch that found the stream empty, still queued there whole (the usual path took
-        it, its key being new): when the batch recurs, the stream runs first, alone, so that
-        the batch is again the only work of its flush. That block was cut where the last
-        batch began, as a loop's batches are each time; a stream that holds more, or less,
-        of a batch (one that grew while another thread held the lock, say) is left as it
-        is: cut there, its block would be a kernel of a length that contention chose. (Not
-        before a read either: there, the stream's ops fuse with the run's.)"""
+        batch, still queued whole as one block its fusers would close at the next op (see
+        cut_is_natural), if that one found the stream empty or itself followed such a
+        batch: when the batch recurs, the stream runs first, alone, so that the batch is
+        again the only work of its flush. A stream that holds more or less than that (a
+        batch that grew while another thread held the lock, blocks that close inside a
+        batch) is left as it is. Not before a read either: there, the stream's ops fuse
+        with the run's. Batches that never recur are looked up one in BATCH_BACKOFF."""
         if not self.run_cache_enabled or self.mode != "lazy" or stream_id in self.tapes:
             return None
         first = queue[0][1]
@@ -835,18 +841,42 @@ class FusionServer:
             # short, or by another thread: the ops are not the run's to capture)
             return None
         stream = self.streams.get(stream_id)
-        if stream is None or not stream.queue:
-            if batch:
-                self.batch_start[stream_id] = outputs_of(first)[0].id
-            return self.runs.find(queue, self.handles.entries, tid)
-        if not batch or outputs_of(stream.queue[0])[0].id != self.batch_start.get(stream_id):
+        empty = stream is None or not stream.queue
+        if not batch:
+            return self.runs.find(queue, self.handles.entries, tid) if empty else None
+        if not empty and (outputs_of(stream.queue[0])[0].id != self.batch_start.get(stream_id) or
+                          not self.cut_is_natural(stream_id)):
+            return None
+        # (whatever becomes of it, the next batch may find this one queued whole)
+        self.batch_start[stream_id] = outputs_of(first)[0].id
+        # A stream whose batches never recur (new scalars every time, say) has one looked
+        # at in BATCH_BACKOFF once that many in a row were not: a key costs 1 to 2 us per
+        # op. A loop's batches, even a long loop's, are still found again.
+        misses = self.batch_misses.get(stream_id, 0)
+        self.batch_misses[stream_id] = misses + 1
+        if misses >= BATCH_BACKOFF and misses % BATCH_BACKOFF:
             return None
         # (its inputs may be values the stream holds: they are written by the flush)
-        run = self.runs.find(queue, self.handles.entries, None, stream_id)
-        if run is None:
-            return None
+        run = self.runs.find(queue, self.handles.entries, None, None if empty else stream_id)
+        if run is None or run.captures and all(type(c) is int and c >= MAX_CAPTURE_TRIES
+                                               for c in run.captures.values()):
+            return None  # (a key left to the usual path for good counts as one not known)
+        self.batch_misses[stream_id] = 0
+        if empty:
+            return run
         self.flush_stream(stream_id, f"a batch of {len(run.outputs)} ops that recurs follows")
         return run if written(run.inputs, self.handles.entries) else None
+
+    def cut_is_natural(self, stream_id: int) -> bool:
+        """Whether a flush of the stream now would cut its ops where its fusers will: it
+        holds nothing, or exactly `max_ops` element-wise ops (one block, which the next op
+        would close). A batch (find_run) runs apart only at such a cut: elsewhere its block
+        would be a kernel of a length that the batches chose, not the fusers, one to build
+        for each way a loop's ops fall into batches (and under contention, for each way
+        timing cut them)."""
+        stream = self.streams.get(stream_id)
+        queue = stream.queue if stream is not None else ()
+        return not queue or len(queue) == self.max_ops and set(map(type, queue)) == {ElementwiseOp}
 
     def replay_run(self, stream_id: int, run: Run, variant: tuple) -> bool:
         """Replay the run's capture for `variant` (its live outputs and inputs), as if its
@@ -925,9 +955,16 @@ class FusionServer:
         dying = tuple(k for k, alive in enumerate(variant[1]) if not alive)
         return self.begin_capture(stream_id, f"a recurring run of {len(run.outputs)} ops", run.inputs, dying, True)
 
-    def end_run_capture(self, stream_id: int, tape: cap.Tape, run: Run, variant: tuple, why: str) -> None:
+    def end_run_capture(self, stream_id: int, tape: cap.Tape, run: Run, variant: tuple, why: str,
+                        batch: bool = False) -> None:
         """Run what the run queued (flushed for `why`) and keep its capture; a run that
-        cannot be replayed is remembered as such (False)."""
+        cannot be replayed is remembered as such (a count of tries). A `batch` whose ops
+        do not end where the stream's blocks do (see cut_is_natural) is left queued, not
+        captured (a try that failed)."""
+        if batch and not self.cut_is_natural(stream_id):
+            self.abort_capture(stream_id, tape)
+            run.captures[variant] = run.captures.get(variant, 0) + 1
+            return
         self.flush_stream(stream_id, why)
         out_ids = [run.outputs[k].id for k in variant[0]]
         entries = self.handles.entries

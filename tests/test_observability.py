@@ -99,13 +99,15 @@ def test_demo_runs_and_checks_against_numpy(capsys):
     assert cli.main(["demo", "--elements", "65536", "--iters", "2"]) == 0
     out = capsys.readouterr().out
     assert "all checks passed" in out and "kernels launched" in out
-    # The timed iterations repeat the warm-up's work: their blocks come from stored plans.
-    line = next(ln for ln in out.splitlines() if ln.startswith("plan store"))
-    replayed, total = (int(w) for w in line.split()[2:5:2])
-    assert total > 0 and replayed == total
-    # ... or from the run cache, as every workload repeats its ops in each iteration.
+    # The timed iterations repeat the warm-up's work: their runs of ops are replayed from
+    # the run cache, and what goes the usual way has its blocks from stored plans. (Not
+    # every one: a thread whose batch grew past 64 ops while another held the lock takes
+    # the usual path from another op on, a sequence of blocks the warm-up may not have met.)
     line = next(ln for ln in out.splitlines() if ln.startswith("run cache"))
     assert int(line.split()[2]) > 0
+    line = next(ln for ln in out.splitlines() if ln.startswith("plan store"))
+    replayed, total = (int(w) for w in line.split()[2:5:2])
+    assert total - replayed <= 2
     assert clients.stats()["mode"] == "lazy"  # the eager comparison switched back
 
 

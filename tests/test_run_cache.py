@@ -688,3 +688,50 @@ def test_a_stream_that_holds_part_of_a_batch_is_not_cut_before_one():
         assert [len(k.ops) for k in rec.kernels] == [INBOX_BATCH] * 3 + [1]
         np.testing.assert_allclose(y.numpy(), steps(x.numpy() * 2, 3 * INBOX_BATCH // 2), rtol=1e-5)
     assert delta(before)["run_replays"] == 0
+
+
+def test_batches_that_never_recur_are_looked_up_less_often_and_a_loop_is_still_found(client, monkeypatch):
+    from fusion_server.server import BATCH_BACKOFF
+
+    x = clients.asarray(rand(64))
+    looked = []
+    real = client.server.runs.find
+    monkeypatch.setattr(client.server.runs, "find", lambda *a: looked.append(a) or real(*a))
+    batches = 6 * BATCH_BACKOFF
+    y = x
+    for k in range(batches * INBOX_BATCH):  # (a new scalar in every op: no batch recurs)
+        y = y + (1.0 + k) * 1e-6
+    np.testing.assert_allclose(y.numpy(), x.numpy() + np.float32(1e-6) * np.arange(1, batches * INBOX_BATCH + 1).sum(),
+                               rtol=1e-3)
+    # The first BATCH_BACKOFF batches are looked up, then one in BATCH_BACKOFF (and the read).
+    assert len(looked) <= BATCH_BACKOFF + batches // BATCH_BACKOFF + 1
+    before = counts()
+    for _ in range(3 * BATCH_BACKOFF):  # a loop of 64 ops: its batch is found, then replayed
+        steps(x, INBOX_BATCH // 2)
+    assert delta(before)["run_replays"] > BATCH_BACKOFF
+
+
+def test_a_batch_that_does_not_end_with_a_block_is_left_to_the_usual_path():
+    """Blocks that close inside a batch (here at the binding limit: every op reads another
+    tensor) leave its last ops queued: flushed at the batch's end, they would be a kernel
+    the fusers never chose. The capture is given up and the blocks stay as they were."""
+    hosts = [rand(64, seed=s) for s in range(40)]
+    ts = [clients.asarray(h) for h in hosts]
+
+    def body(y, xp_ts):
+        for k in range(INBOX_BATCH):
+            y = y + xp_ts[k % len(xp_ts)]
+        return y
+
+    x = clients.asarray(rand(64))
+    blocks = []
+    with server_settings(max_bindings=8, run_cache_enabled=True):
+        before = counts()
+        for _ in range(6):
+            with clients.inspect() as rec:
+                y = body(body(x, ts), ts)
+                clients.flush()
+            blocks.append([len(k.ops) for k in rec.kernels])
+            np.testing.assert_allclose(y.numpy(), body(body(x.numpy(), hosts), hosts), rtol=1e-5)
+        assert delta(before)["run_captures"] == delta(before)["run_replays"] == 0
+    assert len(blocks[0]) > 2 and all(b == blocks[0] for b in blocks)
