@@ -3,7 +3,9 @@
 (a) Recording: microseconds per op of building a chain `y = y * 1.0001 + 0.5` on a
     1024-element float32 tensor. "record only" times chains short enough to fit one
     block (no launch happens while recording); "with launches" times a long chain whose
-    blocks close and launch as it grows, up to a final `flush()` (no wait). The result is
+    blocks close and launch as it grows, up to a final `flush()` (no wait), with the run
+    cache (its recurring 64-op batches replayed) and, in alternate samples, without it
+    (every op through the stream and the plan store). The result is
     read once after each sample, outside the clock. The figures are the calling thread's
     CPU time (on a CPU device the kernels run on the same cores, and wall time counts
     them too); the wall times are given beside them.
@@ -78,41 +80,56 @@ def _record(x: clients.Tensor, steps: int, flush: bool) -> tuple[float, float, i
 
 
 def recording(samples: int, launch_samples: int) -> dict:
-    """Part (a): host microseconds per recorded op, without and with block launches."""
+    """Part (a): host microseconds per recorded op, without and with block launches (the
+    latter with the run cache, which replays the chain's recurring batches, and without
+    it, in alternate samples)."""
     host = np.linspace(0.5, 1.5, ELEMENTS, dtype=np.float32)
     x = clients.asarray(host)
     server = clients.client_for().server
     # Stay below the fuser's ops-per-kernel limit, so that no block closes while recording.
     steps = min(30, getattr(server, "max_ops", 64) // 2 - 1)
-    results = {}
-    for label, n_steps, flush, count in (
-        ("record_only", steps, False, samples),
-        ("with_launches", LONG_CHAIN_OPS // 2, True, launch_samples),
-    ):
-        per_op, wall_per_op, launches = [], [], []
-        for i in range(count + 1):  # the first sample warms up (compiles) and is dropped
-            cpu, wall, launched, y = _record(x, n_steps, flush)
-            got = y.numpy()  # outside the clock: runs the chain and reads it
-            if i == 0:
-                check(f"host cost, {label}", got, _reference(host, n_steps))
-                continue
-            per_op.append(cpu / (2 * n_steps))
-            wall_per_op.append(wall / (2 * n_steps))
-            launches.append(launched)
-        if label == "record_only":
-            assert max(launches) == 0, f"{max(launches)} kernels launched while recording {2 * steps} ops"
-        held: list = []  # (the chain, read after the count)
-        counted = common.bytecodes(lambda n=n_steps, f=flush, out=held: out.append(_chain(x, n, f)))
-        held.pop().numpy()
-        results[label] = {
-            "ops_per_sample": 2 * n_steps,
-            "median_us_per_op": common.us(statistics.median(per_op)),
-            "min_us_per_op": common.us(min(per_op)),
-            "median_wall_us_per_op": common.us(statistics.median(wall_per_op)),
-            "samples": len(per_op),
-            "bytecodes_per_op": counted / (2 * n_steps),
-            "kernels_launched_per_sample": statistics.median(launches),
-        }
+    configs = {  # label: (steps, flush, samples, run cache)
+        "record_only": (steps, False, samples, True),
+        "with_launches": (LONG_CHAIN_OPS // 2, True, launch_samples, True),
+        "with_launches_no_run_cache": (LONG_CHAIN_OPS // 2, True, launch_samples, False),
+    }
+    samples_of: dict = {label: ([], [], []) for label in configs}
+    cached = server.run_cache_enabled
+    try:
+        for i in range(max(c[2] for c in configs.values()) + 1):  # the first sample warms up
+            for label, (n_steps, flush, count, run_cache) in configs.items():
+                if i > count:
+                    continue
+                server.run_cache_enabled = run_cache and cached
+                cpu, wall, launched, y = _record(x, n_steps, flush)
+                got = y.numpy()  # outside the clock: runs the chain and reads it
+                if i == 0:
+                    check(f"host cost, {label}", got, _reference(host, n_steps))
+                    continue
+                per_op, wall_per_op, launches = samples_of[label]
+                per_op.append(cpu / (2 * n_steps))
+                wall_per_op.append(wall / (2 * n_steps))
+                launches.append(launched)
+        results = {}
+        for label, (n_steps, flush, _, run_cache) in configs.items():
+            per_op, wall_per_op, launches = samples_of[label]
+            if label == "record_only":
+                assert max(launches) == 0, f"{max(launches)} kernels launched while recording {2 * steps} ops"
+            server.run_cache_enabled = run_cache and cached
+            held: list = []  # (the chain, read after the count)
+            counted = common.bytecodes(lambda n=n_steps, f=flush, out=held: out.append(_chain(x, n, f)))
+            held.pop().numpy()
+            results[label] = {
+                "ops_per_sample": 2 * n_steps,
+                "median_us_per_op": common.us(statistics.median(per_op)),
+                "min_us_per_op": common.us(min(per_op)),
+                "median_wall_us_per_op": common.us(statistics.median(wall_per_op)),
+                "samples": len(per_op),
+                "bytecodes_per_op": counted / (2 * n_steps),
+                "kernels_launched_per_sample": statistics.median(launches),
+            }
+    finally:
+        server.run_cache_enabled = cached
     return results
 
 
@@ -165,10 +182,14 @@ def summary_rows(result: dict) -> list[list[Any]]:
     return [
         ["host CPU per op, record only", rec["record_only"]["median_us_per_op"], "us"],
         ["host CPU per op, with launches", rec["with_launches"]["median_us_per_op"], "us"],
+        ["host CPU per op, with launches, no run cache", rec["with_launches_no_run_cache"]["median_us_per_op"],
+         "us"],
         ["wall per op, record only", rec["record_only"]["median_wall_us_per_op"], "us"],
         ["wall per op, with launches", rec["with_launches"]["median_wall_us_per_op"], "us"],
         ["Python bytecodes per op, record only", round(rec["record_only"]["bytecodes_per_op"]), ""],
         ["Python bytecodes per op, with launches", round(rec["with_launches"]["bytecodes_per_op"]), ""],
+        ["Python bytecodes per op, with launches, no run cache",
+         round(rec["with_launches_no_run_cache"]["bytecodes_per_op"]), ""],
         [f"{small['ops']}-op chain x{small['elements']}, fused", common.us(v["fused"]["median_s"]), "us"],
         [f"{small['ops']}-op chain x{small['elements']}, pyopencl.array",
          common.us(v["pyopencl.array"]["median_s"]), "us"],
