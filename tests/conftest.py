@@ -100,6 +100,17 @@ def assert_variants(rec, kind: str, prefix: str, at_least: int = 1) -> None:
     assert all(k.variant.startswith(prefix) for k in mine), [k.variant for k in mine]
 
 
+def counters(keys: tuple[str, ...]) -> dict:
+    """The server's counters named `keys`, now (see `counted_since`)."""
+    s = clients.stats()
+    return {k: s[k] for k in keys}
+
+
+def counted_since(before: dict) -> dict:
+    """How much each counter of `before` (from `counters`) grew since."""
+    return {k: v - before[k] for k, v in counters(tuple(before)).items()}
+
+
 def rand(shape, dtype=np.float32, seed=0):
     rng = np.random.default_rng(seed)
     return rng.standard_normal(shape).astype(dtype)

@@ -11,7 +11,7 @@ import clients
 from fusion_server import plans
 from fusion_server.ir import ElementwiseOp, Scalar, TensorIr
 from fusion_server.plans import FLUSH, BlockSigner, Decision, PlanStore
-from tests.conftest import rand, run_python, server_settings
+from tests.conftest import counted_since, counters, rand, run_python, server_settings
 
 
 @pytest.fixture(autouse=True)
@@ -37,14 +37,11 @@ def fresh_store(client):
 
 
 def counts() -> dict:
-    s = clients.stats()
-    keys = ("plan_hits", "plan_misses", "explorations", "compiles", "kernels_launched", "failed_blocks")
-    return {k: s[k] for k in keys}
+    return counters(("plan_hits", "plan_misses", "explorations", "compiles", "kernels_launched", "failed_blocks"))
 
 
 def delta(before: dict) -> dict:
-    after = counts()
-    return {k: after[k] - before[k] for k in before}
+    return counted_since(before)
 
 
 def graph(x, y, a: float, b: float):

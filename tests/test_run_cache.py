@@ -13,7 +13,7 @@ from clients.client import INBOX_BATCH
 from fusion_server import runs
 from fusion_server.errors import TensorFailedError
 from fusion_server.ir import Scalar
-from tests.conftest import exploding_kernel, rand, run_python, server_settings, settle
+from tests.conftest import counted_since, counters, exploding_kernel, rand, run_python, server_settings, settle
 
 
 @pytest.fixture(autouse=True)
@@ -24,14 +24,11 @@ def fresh_cache():
 
 
 def counts() -> dict:
-    s = clients.stats()
-    keys = ("run_captures", "run_replays", "kernels_launched", "inplace_reuses", "plan_hits", "explorations")
-    return {k: s[k] for k in keys}
+    return counters(("run_captures", "run_replays", "kernels_launched", "inplace_reuses", "plan_hits", "explorations"))
 
 
 def delta(before: dict) -> dict:
-    after = counts()
-    return {k: after[k] - before[k] for k in before}
+    return counted_since(before)
 
 
 def chain(a, b, c, ns):
