@@ -191,8 +191,8 @@ class FusionServer:
         # Per stream, the last output id registered: an op seen again (its caller was
         # interrupted before it knew) is not registered twice, even once it has run.
         self.registered_upto: dict[int, int] = {}
-        # Per stream, the first output id of the last batch (see find_run) that came to it
-        # empty: while its queue still starts there, it holds that batch and what followed.
+        # Per stream, the first output id of the last batch that came to it empty, or after
+        # such a batch (see find_run): while its queue starts there, it holds that batch.
         self.batch_start: dict[int, int] = {}
         # Per stream, batches in a row that were no run the cache knew (see find_run).
         self.batch_misses: dict[int, int] = {}
