@@ -310,6 +310,8 @@ class FusionServer:
             setattr(self, name, value)
         self.streams.clear()
         self.runs.clear()
+        self.batch_start.clear()  # (what the run cache knew of each stream's batches, with it)
+        self.batch_misses.clear()
         self.generation += 1
         return old
 
@@ -710,8 +712,13 @@ class FusionServer:
         tape.foreign = {tid for tid, e in self.handles.entries.items()
                         if id(e.storage) in tape.input_storages and tid not in inputs}
         tape.donatable = {id(ins[k].storage.buffer) for k in dying}
-        tape.held = [e for k, e in enumerate(ins) if k not in dying]
-        for e in tape.held:  # (their buffers stay the inputs' while the trace runs, whatever it drops)
+        # A trace's inputs are pinned: their buffers stay theirs while the traced function
+        # runs, whatever it drops. A run's capture lives in this one locked section, where
+        # no drop is applied, so its inputs need no pins, and none can leak: an interrupt
+        # between pinning (or unpinning) and noting it lost pins the recovery cannot find
+        # (the interrupt fuzzer found it, once batches were captured and given up often).
+        tape.held = [] if run else [e for k, e in enumerate(ins) if k not in dying]
+        for e in tape.held:
             self.ctx.pin(e.storage)
         self.tapes[stream_id] = tape
         stream = self.streams.get(stream_id)

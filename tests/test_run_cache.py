@@ -732,3 +732,19 @@ def test_a_batch_that_does_not_end_with_a_block_is_left_to_the_usual_path():
             np.testing.assert_allclose(y.numpy(), body(body(x.numpy(), hosts), hosts), rtol=1e-5)
         assert delta(before)["run_captures"] == delta(before)["run_replays"] == 0
     assert len(blocks[0]) > 2 and all(b == blocks[0] for b in blocks)
+
+
+def test_reconfiguring_forgets_what_the_cache_knew_of_each_streams_batches(client):
+    from fusion_server.server import BATCH_BACKOFF
+
+    server = client.server
+    me = threading.get_ident()
+    server.batch_misses[me] = 5 * BATCH_BACKOFF + 1  # (a stream whose batches never recurred)
+    server.batch_start[me] = 0
+    with server_settings(run_cache_enabled=True):
+        assert me not in server.batch_misses and me not in server.batch_start
+        x = clients.asarray(rand(64))
+        before = counts()
+        for _ in range(4):  # looked up from the first batch again: noted, captured, replayed
+            steps(x, INBOX_BATCH // 2)
+        assert delta(before)["run_replays"] >= 1
