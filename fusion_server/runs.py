@@ -196,7 +196,7 @@ def _with_inputs(key: tuple, code: dict, inputs: list[int], outputs: list[Tensor
         if e is None:
             return None
         st = e.storage
-        if (st.status != READY or st.buffer is None) and (stream is None or st.stream != stream):
+        if not _is_written(st) and (stream is None or st.stream != stream):
             return None
         layouts.append((e.ir.dtype, e.ir.shape, e.strides, e.offset, st.nbytes))
         storages.append(st)
@@ -205,11 +205,16 @@ def _with_inputs(key: tuple, code: dict, inputs: list[int], outputs: list[Tensor
     return (key, tuple(layouts)), inputs, outputs
 
 
+def _is_written(storage: Any) -> bool:
+    """Whether a storage holds its values (not pending, failed or never given a buffer)."""
+    return storage.status == READY and storage.buffer is not None
+
+
 def written(inputs: list[int], entries: dict) -> bool:
     """Whether the tensors `inputs` are all written (after a flush that was to write them)."""
     for t in inputs:
         e = entries.get(t)
-        if e is None or e.storage.status != READY or e.storage.buffer is None:
+        if e is None or not _is_written(e.storage):
             return False
     return True
 

@@ -843,7 +843,8 @@ class FusionServer:
         if not self.run_cache_enabled or self.mode != "lazy" or stream_id in self.tapes:
             return None
         first = queue[0][1]
-        if first is None or outputs_of(first)[0].id <= self.registered_upto.get(stream_id, -1):
+        first_id = outputs_of(first)[0].id if first is not None else -1
+        if first is None or first_id <= self.registered_upto.get(stream_id, -1):
             # (registered already, by a section that a kernel build or an interrupt cut
             # short, or by another thread: the ops are not the run's to capture)
             return None
@@ -855,7 +856,7 @@ class FusionServer:
                           not self.cut_is_natural(stream_id)):
             return None
         # (whatever becomes of it, the next batch may find this one queued whole)
-        self.batch_start[stream_id] = outputs_of(first)[0].id
+        self.batch_start[stream_id] = first_id
         # A stream whose batches never recur (new scalars every time, say) has one looked
         # at in BATCH_BACKOFF once that many in a row were not: a key costs 1 to 2 us per
         # op. A loop's batches, even a long loop's, are still found again.
