@@ -79,6 +79,11 @@ def _nothing(server: FusionServer) -> None:
     return None
 
 
+def _sequence_after(queue: deque, count: int) -> int | None:
+    """The sequence number of the queue's op after its first `count` (None: there is none)."""
+    return queue[count][0] if count < len(queue) else None
+
+
 class FusionClient:
     """Serializes every call into one FusionServer; see the module docstring."""
 
@@ -208,9 +213,12 @@ class FusionClient:
                 self._owner = me
                 try:
                     if flushing is not None and self.queues.get(me):
-                        self._run_queue(me, flushing)
+                        if flushing == BATCH:
+                            self._run_batches(me)
+                        else:
+                            self._run_queue(me, flushing)
                     queue = self.queues.get(me)
-                    if queue:
+                    if queue and flushing != BATCH:  # (a batch call leaves a short tail queued)
                         self._register_queue(me, queue)
                     if not drain_after and self._arrived():
                         self._drain()
@@ -227,11 +235,30 @@ class FusionClient:
                     self._owner = None
             job.run()  # outside the lock: other threads keep working meanwhile
 
-    def _run_queue(self, stream_id: int, flushing: int) -> None:
+    def _run_batches(self, stream_id: int) -> None:
+        """A batch call (`call`'s BATCH): the thread's queue goes to the run cache
+        INBOX_BATCH ops at a time, each batch starting where the stream's fusers cut
+        blocks by count (the ops up to there are registered first: server.batch_gap), so
+        that a loop's batches look alike however long a wait for the lock let the queue
+        grow. Fewer ops left than a batch stay queued. A queue the run cache cannot take
+        now (or whose stream does not cut by count) is registered whole, as usual."""
+        server = self.server
+        queue = self.queues[stream_id]
+        while len(queue) >= INBOX_BATCH:
+            gap = server.batch_gap(stream_id) if server.takes_runs(stream_id) else None
+            if gap is None:
+                self._register_queue(stream_id, queue)
+                return
+            if gap:
+                self._register_queue(stream_id, queue, before=queue[gap][0])
+            elif not self._run_queue(stream_id, BATCH, INBOX_BATCH):
+                self._register_queue(stream_id, queue, before=_sequence_after(queue, INBOX_BATCH))
+
+    def _run_queue(self, stream_id: int, flushing: int, count: int | None = None) -> bool:
         """Before a flush, or as a batch is registered (`call`'s `flushing`): replay the
-        thread's queue from the run cache, or capture it there, if it is a recurring run
-        (fusion_server/runs.py); the queue is then empty. Else nothing happens, and the
-        queue is registered as usual."""
+        thread's queue (its first `count` ops, if given) from the run cache, or capture it
+        there, if it is a recurring run (fusion_server/runs.py): True, and those ops have
+        left the queue. Else nothing happens (False), and they are registered as usual."""
         tid = flushing if flushing >= 0 else None
         server = self.server
         if self._arrived():
@@ -241,25 +268,34 @@ class FusionClient:
             self._drain()
         queue = self.queues.get(stream_id)
         if not queue:
-            return
-        run = server.find_run(stream_id, queue, tid, flushing == BATCH)
+            return False
+        # (a list of the head, when the run is not the whole queue: the same items, so the
+        # liveness count sees the later ops' reads as references from beyond the run)
+        run_ops = queue if count is None or count >= len(queue) else list(itertools.islice(queue, count))
+        run = server.find_run(stream_id, run_ops, tid, flushing == BATCH)
         if run is None:
-            return
-        variant = run.liveness(queue, server.handle_refs)
+            return False
+        variant = run.liveness(run_ops, server.handle_refs)
+        whole = run_ops is queue
+        del run_ops  # (its items hold handles: they die with the queue's, as the ops leave it)
         if server.replay_run(stream_id, run, variant):
-            queue.clear()
+            if whole:
+                queue.clear()
+            else:  # (one call: an interrupt leaves the ops queued or gone, never some of them)
+                queue.__init__(list(itertools.islice(queue, count, None)))
             server.finish_replay(run)
-            return
+            return True
         run.dead = ()  # (their handles die as the queue is registered, as usual)
         tape = None
         try:
             tape = server.capture_run(stream_id, run, variant)
             if tape is None:
-                return
-            self._register_queue(stream_id, queue)
+                return False
+            self._register_queue(stream_id, queue, None if whole else _sequence_after(queue, count))
             why = f"tensor {tid} is read" if tid is not None else "flush" if flushing == ALL else \
                 f"a batch of {len(run.outputs)} ops recurs"
             server.end_run_capture(stream_id, tape, run, variant, why, flushing == BATCH)
+            return True
         except BaseException:
             if tape is not None:  # (else, an interrupt: the recovery ends the capture)
                 server.abort_capture(stream_id, tape)
@@ -274,10 +310,9 @@ class FusionClient:
         thread, registered first; an op the server refuses fails its own outputs."""
         server = self.server
         while queue:
-            if before is None:
-                server.register_run(stream_id, queue)  # the common ops, in a run
-                if not queue:
-                    return
+            server.register_run(stream_id, queue, before)  # the common ops, in a run
+            if not queue:
+                return
             seq, op, _ = queue[0]
             if before is not None and seq >= before:
                 return
@@ -380,11 +415,8 @@ class FusionClient:
         queue.append((next(self._sequence), op, reads))
         n = len(queue)
         if n >= INBOX_BATCH and (n >= INBOX_MAX or not self._lock.locked()):
-            # (A thread that loses the race for the lock waits here, once. Only a batch of
-            # INBOX_BATCH ops may be a recurring run: one that grew while another thread
-            # held the lock ends wherever that race ended, and as a run its flush would cut
-            # a block there.)
-            self.call(_nothing, flushing=BATCH if n == INBOX_BATCH else None)
+            # (A thread that loses the race for the lock waits here, once.)
+            self.call(_nothing, flushing=BATCH)
 
     def register(self, op: OperationIr, *reads: Any) -> None:
         """Queue `op` now, in a locked section (`reads`, its input handles, are not needed:

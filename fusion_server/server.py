@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import weakref
 from collections import deque
@@ -191,9 +192,6 @@ class FusionServer:
         # Per stream, the last output id registered: an op seen again (its caller was
         # interrupted before it knew) is not registered twice, even once it has run.
         self.registered_upto: dict[int, int] = {}
-        # Per stream, the first output id of the last batch that came to it empty, or after
-        # such a batch (see find_run): while its queue starts there, it holds that batch.
-        self.batch_start: dict[int, int] = {}
         # Per stream, batches in a row that were no run the cache knew (see find_run).
         self.batch_misses: dict[int, int] = {}
         self.tapes: dict[int, cap.Tape] = {}  # stream id -> its capture in progress (clients.jit)
@@ -282,7 +280,6 @@ class FusionServer:
         while self.ended_streams:
             self.flush_stream(self.ended_streams[0], "its thread ended", drop=True)
             self.registered_upto.pop(self.ended_streams[0], None)
-            self.batch_start.pop(self.ended_streams[0], None)
             self.batch_misses.pop(self.ended_streams[0], None)
             self.ended_streams.popleft()  # only once flushed (a flush may need a compile first)
 
@@ -310,8 +307,7 @@ class FusionServer:
             setattr(self, name, value)
         self.streams.clear()
         self.runs.clear()
-        self.batch_start.clear()  # (what the run cache knew of each stream's batches, with it)
-        self.batch_misses.clear()
+        self.batch_misses.clear()  # (what the run cache knew of each stream's batches, with it)
         self.generation += 1
         return old
 
@@ -373,13 +369,14 @@ class FusionServer:
             return
         stream.register(op, self.ctx)
 
-    def register_run(self, stream_id: int, queue: deque) -> None:
+    def register_run(self, stream_id: int, queue: deque, before: int | None = None) -> None:
         """Register the element-wise ops at the head of `queue` (a thread's recorded ops, as
         the client keeps them: (sequence number, op, handles)) that take the common path,
-        popping each once it is registered; stop, changing nothing, at the first that
-        needs more (`register` takes it): another op type, an input another thread's
-        queue writes or that is unknown, an op seen before. The same steps as `register`,
-        with what they look up looked up once per run instead of once per op."""
+        and were made before sequence number `before` (if given), popping each once it is
+        registered; stop, changing nothing, at the first that needs more (`register`
+        takes it): another op type, an input another thread's queue writes or that is
+        unknown, an op seen before. The same steps as `register`, with what they look up
+        looked up once per run instead of once per op."""
         stream = self.streams.get(stream_id)
         if stream is None:
             return
@@ -393,9 +390,10 @@ class FusionServer:
         # A storage names a stream only while pending: None or this one is no other
         # thread's value to wait for (another, or a stale name, goes the slow way).
         own = (None, stream_id)
+        end = sys.maxsize if before is None else before
         while queue:
-            op = queue[0][1]
-            if type(op) is not ElementwiseOp:
+            seq, op, _ = queue[0]
+            if seq >= end or type(op) is not ElementwiseOp:
                 return
             out = op.out
             oid = out.id
@@ -832,15 +830,12 @@ class FusionServer:
         `tid` (the tensor read; None for a flush or a sync) written by the run. None
         otherwise, or when the run is new (the cache notes it).
 
-        A `batch` (the queue registered on the way, no flush due) may also follow the last
-        batch, still queued whole as one block its fusers would close at the next op (see
-        cut_is_natural), if that one found the stream empty or itself followed such a
-        batch: when the batch recurs, the stream runs first, alone, so that the batch is
-        again the only work of its flush. A stream that holds more or less than that (a
-        batch that grew while another thread held the lock, blocks that close inside a
-        batch) is left as it is. Not before a read either: there, the stream's ops fuse
-        with the run's. Batches that never recur are looked up one in BATCH_BACKOFF."""
-        if not self.run_cache_enabled or self.mode != "lazy" or stream_id in self.tapes:
+        A `batch` (INBOX_BATCH ops of the queue registered on the way, no flush due) may
+        also find the stream at a cut its fusers make by count (see batch_gap): when the
+        batch recurs, the stream runs first, alone, so that the batch is again the only
+        work of its flush. Not before a read: there, the stream's ops fuse with the run's.
+        Batches that never recur are looked up one in BATCH_BACKOFF."""
+        if not self.takes_runs(stream_id):
             return None
         first = queue[0][1]
         first_id = outputs_of(first)[0].id if first is not None else -1
@@ -852,11 +847,8 @@ class FusionServer:
         empty = stream is None or not stream.queue
         if not batch:
             return self.runs.find(queue, self.handles.entries, tid) if empty else None
-        if not empty and (outputs_of(stream.queue[0])[0].id != self.batch_start.get(stream_id) or
-                          not self.cut_is_natural(stream_id)):
+        if not empty and not self.cut_is_natural(stream_id):
             return None
-        # (whatever becomes of it, the next batch may find this one queued whole)
-        self.batch_start[stream_id] = first_id
         # A stream whose batches never recur (new scalars every time, say) has one looked
         # at in BATCH_BACKOFF once that many in a row were not: a key costs 1 to 2 us per
         # op. A loop's batches, even a long loop's, are still found again.
@@ -875,6 +867,26 @@ class FusionServer:
         self.flush_stream(stream_id, f"a batch of {len(run.outputs)} ops that recurs follows")
         return run if written(run.inputs, self.handles.entries) else None
 
+    def takes_runs(self, stream_id: int) -> bool:
+        """Whether the run cache may take the stream's queue now: lazy mode, the stream
+        not capturing (a jitted function's trace records its ops as they come)."""
+        return self.run_cache_enabled and self.mode == "lazy" and stream_id not in self.tapes
+
+    def batch_gap(self, stream_id: int) -> int | None:
+        """How many more ops the stream's open block takes before its fusers close it by
+        count: 0 at such a cut (see cut_is_natural), `max_ops` less the ops queued for an
+        open block of element-wise ops; None when the stream holds other ops (its blocks
+        do not end by count). The client starts each batch of a thread's queue there,
+        registering that many ops first, so that a loop's batches look alike however a
+        wait for the lock lengthened the queue."""
+        stream = self.streams.get(stream_id)
+        queue = stream.queue if stream is not None else ()
+        if not queue:
+            return 0
+        if len(queue) > self.max_ops or set(map(type, queue)) != {ElementwiseOp}:
+            return None
+        return self.max_ops - len(queue)
+
     def cut_is_natural(self, stream_id: int) -> bool:
         """Whether a flush of the stream now would cut its ops where its fusers will: it
         holds nothing, or exactly `max_ops` element-wise ops (one block, which the next op
@@ -882,9 +894,7 @@ class FusionServer:
         would be a kernel of a length that the batches chose, not the fusers, one to build
         for each way a loop's ops fall into batches (and under contention, for each way
         timing cut them)."""
-        stream = self.streams.get(stream_id)
-        queue = stream.queue if stream is not None else ()
-        return not queue or len(queue) == self.max_ops and set(map(type, queue)) == {ElementwiseOp}
+        return self.batch_gap(stream_id) == 0
 
     def replay_run(self, stream_id: int, run: Run, variant: tuple) -> bool:
         """Replay the run's capture for `variant` (its live outputs and inputs), as if its

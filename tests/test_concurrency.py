@@ -134,7 +134,7 @@ def test_many_threads_compute_correct_values():
 def test_reentry_from_under_the_lock_raises(client):
     original = client.server.register, client.server.register_run
 
-    def register_calling_back(stream_id, op_or_queue):
+    def register_calling_back(stream_id, op_or_queue, *before):
         clients.asarray([1.0])  # a fuser or launch function calling the client
 
     client.server.register = client.server.register_run = register_calling_back

@@ -100,12 +100,12 @@ def test_garbage_collected_inside_a_locked_section(client, baseline):
     inside = []
 
     def with_gc(original):
-        def registering(stream_id, op_or_queue):
+        def registering(stream_id, op_or_queue, *before):
             # The collector runs while this thread holds the server lock: the __del__ of
             # the cycles' tensors must not try to take it.
             inside.append(client.holds_lock())
             collected.append(gc.collect())
-            return original(stream_id, op_or_queue)
+            return original(stream_id, op_or_queue, *before)
         return registering
 
     # (the last cycle's op is registered by the next locked section: asarray's upload)
