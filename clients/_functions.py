@@ -17,7 +17,7 @@ import numpy as np
 from fusion_server import dtypes as dt
 from fusion_server import opset
 from fusion_server.errors import DeviceError, DeviceMemoryError
-from fusion_server.ir import ElementwiseOp, Scalar, TensorIr, ViewOp, contiguous_strides
+from fusion_server.ir import ElementwiseOp, Scalar, TensorIr, ViewOp, contiguous_strides, scalar
 
 from ._traced import TracedScalar
 from .client import FusionClient
@@ -163,11 +163,27 @@ def _operand(v: Any, dtype: np.dtype) -> int | Scalar:
     return scalar_operand(v, dtype)
 
 
+# (value, dtype) -> its Scalar, for values whose Scalars compare by value (see ir.scalar):
+# a loop's constants are then one object each, which the run cache's keys compare by
+# identity, and the recording makes no new numpy scalar for them.
+_SCALARS: dict[tuple[Any, np.dtype], Scalar] = {}
+MAX_SCALARS = 4096
+
+
 def scalar_operand(v: Any, dtype: np.dtype) -> Scalar:
     """A scalar operand of `dtype`: a kernel argument (a traced scalar's, in a trace)."""
     if type(v) is TracedScalar:
-        return Scalar(v.value_in(dtype), dtype)
-    return Scalar(dt.scalar_value(v, dtype), dtype)
+        return scalar(v.value_in(dtype), dtype)  # (a new object: a replay finds it by identity)
+    key = (v, dtype)
+    found = _SCALARS.get(key)
+    if found is None:
+        # (Equal Python and numpy numbers convert alike: 1, 1.0 and True are one key.)
+        found = scalar(dt.scalar_value(v, dtype), dtype)
+        if type(found) is Scalar:
+            if len(_SCALARS) >= MAX_SCALARS:
+                _SCALARS.clear()
+            _SCALARS[key] = found
+    return found
 
 
 _RESOLVED: dict[tuple[str, np.dtype], tuple[np.dtype, np.dtype]] = {}
@@ -275,26 +291,19 @@ def _small_power(x: Tensor, p: int | float) -> Tensor | None:
     return where(_tensor_scalar("equal", x, -math.inf, False), math.inf, root)
 
 
-_FLOATS: dict[tuple[float, np.dtype], np.floating] = {}  # Python float -> its numpy scalar, per dtype
-
-
 def _tensor_scalar(name: str, a: Tensor, b: bool | int | float, swapped: bool) -> Tensor:
     """Op `name` of tensor `a` and Python scalar `b` (`b op a` when swapped): the hot path."""
     da = a.dtype
     if type(b) is float and da.kind == "f":
-        # Making a numpy scalar costs more than the rest of this function; code repeats its
-        # constants, so they are kept (not zeros: 0.0 and -0.0 are equal keys).
         dtype = da
-        value = _FLOATS.get((b, da))
-        if value is None:
-            value = da.type(b)
-            if b and len(_FLOATS) < 4096:
-                _FLOATS[(b, da)] = value
+        # (Making a numpy scalar costs more than the rest of this function: code repeats
+        # its constants, and scalar_operand keeps their Scalars.)
+        scalar = _SCALARS.get((b, da)) or scalar_operand(b, da)
     else:
         dtype = dt.promote_scalar(da, b)
         if type(b) is int and name in _COMPARISONS and dtype.kind in "iu":
             dtype = _wide_enough(dtype, b)
-        value = dt.scalar_value(b, dtype)
+        scalar = scalar_operand(b, dtype)
     compute, out_dtype = _RESOLVED.get((name, dtype)) or _resolve(name, dtype)
     client = a._client
     shape = a.shape
@@ -302,8 +311,7 @@ def _tensor_scalar(name: str, a: Tensor, b: bool | int | float, swapped: bool) -
         out = _tuple_new(TensorIr, (next(_ids), shape, out_dtype))
     else:
         out = _new(client, shape, out_dtype)
-    # tuple.__new__ builds the descriptors without the named tuples' Python-level __new__.
-    scalar = _tuple_new(Scalar, (value, dtype))
+    # (tuple.__new__ builds the descriptors without the named tuples' Python-level __new__)
     operands = (scalar, a._id) if swapped else (a._id, scalar)
     t = _result(client, out.id, shape, out_dtype)
     client.record(_tuple_new(ElementwiseOp, (name, operands, compute, out, None, ())), a)

@@ -26,6 +26,32 @@ class Scalar(NamedTuple):
     dtype: np.dtype
 
 
+class BitScalar(Scalar):
+    """A Scalar whose equality and hash go by its bits: a zero (0.0 and -0.0 are equal
+    values), a NaN (unequal to itself) or a complex value (a zero part's sign). What
+    compares Scalars (the run cache's keys) then tells apart what a kernel would."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is BitScalar and self.dtype == other.dtype and \
+            self.value.tobytes() == other.value.tobytes()
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash((self.value.tobytes(), self.dtype))
+
+
+def scalar(value: np.generic, dtype: np.dtype) -> Scalar:
+    """The Scalar of `value` (a numpy scalar of `dtype`): a BitScalar where equal values
+    may differ in bits."""
+    if dtype.kind == "c" or not value or value != value:
+        return BitScalar(value, dtype)
+    return Scalar(value, dtype)
+
+
 Operand = Union[int, Scalar]  # a tensor id or a scalar
 
 

@@ -10,8 +10,8 @@ in a read, a `sync()` or a `flush()`, or that fills a batch of the inbox on the 
   at such a point, with the thread's stream empty before it: the run is the only work
   the flush does for that thread. (A batch that recurs has its stream run first.)
 - Its *key* holds each op with the tensors it reads renumbered (an earlier op of the run
-  by position, a tensor from outside by order of first use), its scalar values and exact
-  shapes, and the layout and storage size of each tensor from outside, which must be
+  by position, a tensor from outside by order of first use), its scalar values (by
+  their bits where equal values may differ: ir.BitScalar) and exact shapes, and the layout and storage size of each tensor from outside, which must be
   written already (not pending on another thread) and share storages as before.
 - The first time a key is seen it is only noted. The second time, the run goes the usual
   way with its stream capturing (clients.jit's tape, capture.py), and the capture is kept
@@ -36,10 +36,8 @@ from sys import getrefcount
 from types import NoneType
 from typing import Any
 
-import numpy as np
-
 from .handles import READY
-from .ir import ElementwiseOp, MatmulOp, ReduceOp, Scalar, TensorIr
+from .ir import ElementwiseOp, MatmulOp, ReduceOp, TensorIr
 
 # Keys seen once are forgotten past this many (runs that never recur would grow it);
 # captures past this many, the oldest first.
@@ -57,10 +55,6 @@ _STATIC = itemgetter(0, 2, 4, 5)  # its name, compute dtype, expression and para
 _SHAPE_DTYPE = itemgetter(1, 2)  # a TensorIr's shape and dtype
 _ELEMENTWISE = {ElementwiseOp}
 _IS_INT = int.__instancecheck__
-_IS_SCALAR = Scalar.__instancecheck__
-_VALUE = itemgetter(0)  # a Scalar's value
-_IS_COMPLEX = np.complexfloating.__instancecheck__
-_BYTES = methodcaller("tobytes")
 CALL = methodcaller("__call__")  # a weak reference's referent (NoneType's call: None)
 # The codes of ops' outputs and of inputs (see run_of), made once; a longer run takes
 # the general path.
@@ -143,7 +137,7 @@ def run_of(queue: Iterable, entries: dict, tid: int | None = None,
                 args = _first_uses(args, code, inputs)
             out = op[3]
             # (name, compute, expr), params, (shape, dtype) of the output, operands
-            parts.append((op[::2], op[5], out[1:], args, _scalar_bytes(operands)))
+            parts.append((op[::2], op[5], out[1:], args))
         elif kind is ReduceOp or kind is MatmulOp:
             out = op.out
             reads = (op.input,) if kind is ReduceOp else (op.a, op.b)
@@ -169,18 +163,8 @@ def _elementwise_run(ops: list) -> tuple[tuple, dict, list[int], list[TensorIr]]
     if inputs:
         code.update(zip(inputs, _INPUT_CODES))
         mapped = list(map(code.get, flat, flat))
-    key = (tuple(map(_STATIC, ops)), tuple(map(_SHAPE_DTYPE, outputs)), tuple(map(len, operands)), tuple(mapped),
-           _scalar_bytes(flat))
+    key = (tuple(map(_STATIC, ops)), tuple(map(_SHAPE_DTYPE, outputs)), tuple(map(len, operands)), tuple(mapped))
     return key, code, inputs, outputs
-
-
-def _scalar_bytes(operands: Iterable) -> tuple[bytes, ...]:
-    """The bytes of the zero and complex Scalars among `operands`: in a key beside the
-    Scalars themselves, since 0.0 and -0.0 (or complex values that differ only in a zero's
-    sign) are equal values with equal hashes, and a capture bakes values in. (The bytes of
-    every Scalar would do, at 0.6 us each.)"""
-    values = list(map(_VALUE, filter(_IS_SCALAR, operands)))
-    return tuple(map(_BYTES, chain(filter(not_, values), filter(_IS_COMPLEX, values))))
 
 
 def _with_inputs(key: tuple, code: dict, inputs: list[int], outputs: list[TensorIr], entries: dict,

@@ -12,7 +12,7 @@ import clients
 from clients.client import INBOX_BATCH
 from fusion_server import runs
 from fusion_server.errors import TensorFailedError
-from fusion_server.ir import Scalar
+from fusion_server.ir import Scalar, scalar
 from tests.conftest import counted_since, counters, exploding_kernel, rand, run_python, server_settings, settle
 
 
@@ -642,7 +642,19 @@ def test_a_zero_scalar_of_the_other_sign_is_another_run():
     # The same for the parts of complex scalars, which equal values cannot tell apart.
     one, i = np.complex64(1), np.complex64(1j)
     for a, b in ((np.float32(0.0), np.float32(-0.0)), (one, np.conj(one)), (i, -np.conj(i))):
-        assert a == b and runs._scalar_bytes([Scalar(a, a.dtype)]) != runs._scalar_bytes([Scalar(b, b.dtype)])
+        assert a == b and scalar(a, a.dtype) != scalar(b, b.dtype)
+        assert scalar(a, a.dtype) == scalar(a.copy(), a.dtype) and hash(scalar(a, a.dtype)) == hash(scalar(a, a.dtype))
+    assert type(scalar(np.float32(2.0), np.dtype(np.float32))) is Scalar  # (the common case: by value)
+
+
+def test_a_nan_scalar_recurs_as_a_run():
+    """NaN is unequal to itself, but its Scalar compares by bits: a loop that multiplies
+    by NaN replays like any other."""
+    x = clients.asarray(rand(64))
+    before = counts()
+    for _ in range(4):
+        assert np.isnan((x * float("nan")).numpy()).all()
+    assert delta(before)["run_replays"] >= 2
 
 
 def test_a_queue_that_grew_while_the_lock_was_held_runs_as_batches(client):

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..context import BlockContext
-from ..ir import ElementwiseOp, OperationIr, Scalar, size_of
+from ..ir import ElementwiseOp, OperationIr, size_of
 from .custom_kernel import array_of
 from .elementwise import ElementwisePlan
 
@@ -101,7 +101,7 @@ class PatternPlan:
         inputs, scalars = [], []
         for op in self.ops:
             for operand in op.inputs:
-                if type(operand) is Scalar:
+                if type(operand) is not int:
                     scalars.append(operand.value)
                 elif operand not in inner and entries[operand] not in inputs:
                     inputs.append(entries[operand])
