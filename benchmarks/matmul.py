@@ -5,8 +5,9 @@
 M = N = K = 1024 on CPU devices, 4096 on GPUs (--n overrides). Variants, all "compute and
 wait":
 
-- fused:    lazy tensors: one kernel, the bias and the activation in its epilogue
-            (kernels per run reported and held to 1 in the summary)
+- fused:    lazy tensors: one product kernel, the bias and the activation in its
+            epilogue (product kernels per run reported and held to 1 in the summary; a
+            large product on a GPU packs an operand read along k first: one kernel more)
 - eager:    the same code after `clients.set_mode("eager")`: the product, then one
             kernel per element-wise op
 - numpy:    `np.maximum(a @ w + bias, 0)` (BLAS)
@@ -104,14 +105,16 @@ def run(n: int | None = None, repeat: int = 10) -> dict:
 
     records: dict[str, list] = {"fused": [], "eager": []}
 
-    def ours(name: str, mode: str) -> Callable[[], clients.Tensor]:
+    def ours(name: str, mode: str, recorded: bool = False) -> Callable[[], clients.Tensor]:
         def call() -> clients.Tensor:
-            clients.set_mode(mode)
-            # inspect() costs a few microseconds: it gives the device time of the same runs.
-            with clients.inspect() as rec:
+            clients.set_mode(mode)  # (a no-op in the timed rounds, which keep to one mode)
+            if not recorded:
                 out = clients.maximum(ta @ tw + tb, 0)
+            else:  # (inspect() launches at its exit, the way a read does not: untimed calls)
+                with clients.inspect() as rec:
+                    out = clients.maximum(ta @ tw + tb, 0)
+                records[name].append(rec.kernels)
             clients.sync()
-            records[name].append(rec.kernels)
             return out  # kept alive until the sync: a dropped result is never computed
         return call
 
@@ -136,12 +139,26 @@ def run(n: int | None = None, repeat: int = 10) -> dict:
             counts[name] = max(MIN_REPEAT, min(repeat, int(BUDGET_S / max(once, 1e-9))))
         for recs in records.values():
             recs.clear()
-        # Each variant is timed at its best: ours after BLAS threads went to sleep (they
-        # would share the cores), numpy right after an untimed product (its threads awake:
-        # the first product after a pause ran up to 1.7x slower).
-        pause = {name: _let_blas_threads_sleep for name in variants}
+        # Each variant is timed at its best: on a CPU device ours after BLAS threads went to
+        # sleep (they would share the cores), numpy right after an untimed product (its
+        # threads awake: the first product after a pause ran up to 1.7x slower). On a GPU
+        # no variant pauses: the GPU lowers its clock while idle (a 4096^3 product took
+        # 0.24 to 0.3 ms longer after a 0.5 s pause on the H200, ours and cuBLAS's alike).
+        # Eager mode is timed in rounds of its own: a change of mode drops the streams and
+        # the run cache, which fused calls would otherwise rebuild every round.
+        pause = {name: _let_blas_threads_sleep for name in variants} if not dtime.is_gpu(
+            clients.client_for().server.runtime.queue) else {}
         pause["numpy"] = lambda: a @ w
-        timings = common.time_rounds(variants, repeat, warmup=0, setup=pause, repeats=counts, apart=("cuBLAS",))
+        timings = common.time_rounds({name: fn for name, fn in variants.items() if name != "eager"}, repeat,
+                                     warmup=0, setup=pause, repeats=counts, apart=("cuBLAS",))
+        clients.set_mode("eager")
+        timings.update(common.time_rounds({"eager": variants["eager"]}, repeat, warmup=1, setup=pause,
+                                          repeats=counts))
+        timings = {name: timings[name] for name in variants}
+        # The kernels and their device times, from calls of their own after the timed ones.
+        for name, mode in (("eager", "eager"), ("fused", "lazy")):
+            for _ in range(min(repeat, 5)):
+                ours(name, mode, recorded=True)()
     finally:
         clients.set_mode("lazy")
 
@@ -159,6 +176,7 @@ def run(n: int | None = None, repeat: int = 10) -> dict:
         "dtype": "float32",
         "flops": flops,
         "kernels_per_fused_run": len(fused_kernels),
+        "product_kernels_per_fused_run": sum(1 for kk in fused_kernels if "matmul" in kk.ops),
         "fused_kernels": [{"kind": kk.kind, "ops": kk.ops} for kk in fused_kernels],
         "kernels_per_eager_run": len(records["eager"][0]) if records["eager"] else None,
         "variants": {
@@ -191,13 +209,15 @@ def layouts(a: np.ndarray, w: np.ndarray, bias: np.ndarray, want: np.ndarray, re
         sa, sw = (np.ascontiguousarray(v.T) if t else v for v, t in ((a, a_t), (w, w_t)))
         ta, tw, tb = clients.asarray(sa), clients.asarray(sw), clients.asarray(bias)
         xa, xw = (ta.T if a_t else ta), (tw.T if w_t else tw)
-        kernels: list = []
+        with clients.inspect() as rec:  # (the kernels, from a call of their own: see run())
+            kept = clients.maximum(xa @ xw + tb, 0)  # (a dropped result is never computed)
+        clients.sync()
+        kernels = rec.kernels
+        del kept
 
-        def ours(xa=xa, xw=xw, tb=tb, kernels=kernels) -> clients.Tensor:
-            with clients.inspect() as rec:
-                result = clients.maximum(xa @ xw + tb, 0)
+        def ours(xa=xa, xw=xw, tb=tb) -> clients.Tensor:
+            result = clients.maximum(xa @ xw + tb, 0)
             clients.sync()
-            kernels[:] = rec.kernels
             return result
 
         if gpu:
@@ -218,7 +238,8 @@ def layouts(a: np.ndarray, w: np.ndarray, bias: np.ndarray, want: np.ndarray, re
         setup = {} if gpu else {"fused": _let_blas_threads_sleep, "peer": peer}
         timings = common.time_rounds({"fused": ours, "peer": peer}, repeat, warmup=1, setup=setup,
                                      apart=("peer",) if gpu else ())
-        out[name] = {"variant": kernels[0].variant if kernels else "", "kernels": len(kernels),
+        packs = "".join(f", {k.ops[0]}" for k in kernels[:-1])  # (copies made before the product)
+        out[name] = {"variant": kernels[-1].variant + packs if kernels else "", "kernels": len(kernels),
                      "fused_ms": common.ms(timings["fused"].median), "peer_ms": common.ms(timings["peer"].median),
                      "peer": "cuBLAS" if gpu else "numpy",
                      "ours_over_peer": common.ratio(timings["peer"], timings["fused"])}

@@ -510,4 +510,5 @@ class FusionClient:
 
         if mode not in MODES:  # (checked here too: an error inside the locked section runs a recovery)
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-        self.call(lambda server: server.reconfigure("mode changes", mode=mode))
+        # (the same mode again changes nothing: the streams, plans and run cache stay)
+        self.call(lambda server: None if server.mode == mode else server.reconfigure("mode changes", mode=mode))

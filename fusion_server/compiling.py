@@ -16,6 +16,7 @@ from .codegen import scan as scn
 from .codegen import search as sc
 from .codegen import sort as sg
 from .codegen import stencil as stg
+from .codegen import transpose as tg
 from .errors import kept
 from .runtime.programs import ProgramCache
 
@@ -26,7 +27,7 @@ BUILD_OPTIONS = ("-cl-fp32-correctly-rounded-divide-sqrt",)
 def _generator(spec):
     """The codegen module that turns `spec` into source."""
     for module, kind in ((rg, rg.ReduceSpec), (mg, mg.MatmulSpec), (sg, sg.SortSpec), (gg, gg.MoveSpec),
-                         (sc, sc.SearchSpec), (scn, scn.ScanSpec), (stg, stg.StencilSpec)):
+                         (sc, sc.SearchSpec), (scn, scn.ScanSpec), (stg, stg.StencilSpec), (tg, tg.TransposeSpec)):
         if isinstance(spec, kind):
             return module
     return cg

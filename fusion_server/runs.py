@@ -11,8 +11,9 @@ in a read, a `sync()` or a `flush()`, or that fills a batch of the inbox on the 
   the flush does for that thread. (A batch that recurs has its stream run first.)
 - Its *key* holds each op with the tensors it reads renumbered (an earlier op of the run
   by position, a tensor from outside by order of first use), its scalar values (by
-  their bits where equal values may differ: ir.BitScalar) and exact shapes, and the layout and storage size of each tensor from outside, which must be
-  written already (not pending on another thread) and share storages as before.
+  their bits where equal values may differ: ir.BitScalar) and exact shapes, and the
+  layout and storage size of each tensor from outside, which must be written already
+  (not pending on another thread) and share storages as before.
 - The first time a key is seen it is only noted. The second time, the run goes the usual
   way with its stream capturing (clients.jit's tape, capture.py), and the capture is kept
   under the key and which of the run's values are still held by the user (they are the

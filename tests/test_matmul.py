@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import clients
-from tests.conftest import rand
+from tests.conftest import rand, settle
 
 TOL = {np.float32: dict(rtol=1e-4, atol=1e-4), np.float64: dict(rtol=1e-10, atol=1e-10)}
 
@@ -168,14 +168,18 @@ def _operand(a: np.ndarray, transposed: bool) -> clients.Tensor:
 _LAYOUTS = [(False, False), (False, True), (True, False), (True, True)]
 
 
-@pytest.mark.parametrize("mkn, a_t, b_t", [(mkn, *t) for mkn in [(128, 64, 128), (200, 96, 68), (4, 16, 4)]
-                                           for t in _LAYOUTS]
-                         # the large tile, row-major and with A transposed (its double-buffered kernel)
-                         + [((2048, 32, 2048), False, False), ((2048, 32, 2048), True, False)])
-def test_aligned_tiles_read_every_layout_and_ragged_edge(mkn, a_t, b_t):
+@pytest.mark.parametrize("mkn, a_t, b_t, packed", [(mkn, *t, "") for mkn in [(128, 64, 128), (200, 96, 68), (4, 16, 4)]
+                                                   for t in _LAYOUTS]
+                         # the large tile, whose operands read along k are packed first (A transposed,
+                         # B^T row-major) when their packed layout is aligned: 2050 rows are not
+                         + [((2048, 32, 2048), False, False, "A"), ((2048, 32, 2048), True, False, ""),
+                            ((2048, 32, 2048), False, True, "AB"), ((2048, 32, 2048), True, True, "B"),
+                            ((2050, 32, 2048), False, False, "")])
+def test_aligned_tiles_read_every_layout_and_ragged_edge(mkn, a_t, b_t, packed):
     """The GPU kernel for contiguous, aligned operands (forced on any device): row-major and
     transposed operands, edges that are no multiple of the tile (rows past them are
-    clamped), both tile sizes, single and double buffering, the epilogue fused."""
+    clamped), both tile sizes, single and double buffering, the epilogue fused; large
+    products read along m and n, from packed copies where the operands are not."""
     from tests.conftest import server_settings
 
     m, k, n = mkn
@@ -183,10 +187,30 @@ def test_aligned_tiles_read_every_layout_and_ragged_edge(mkn, a_t, b_t):
     with server_settings(matmul_strategy="tiled"), clients.inspect() as rec:
         got = clients.maximum(_operand(a, a_t) @ _operand(w, b_t) + clients.asarray(bias), 0.0).numpy()
     np.testing.assert_allclose(got, np.maximum(a @ w + bias, 0), rtol=1e-4, atol=1e-4)
-    layout = ("m" if a_t else "k") + ("k" if b_t else "n")
+    layout = "mn" if packed else ("m" if a_t else "k") + ("k" if b_t else "n")
     tile = 128 if m * n >= 2048 * 2048 else 64
-    assert len(rec.kernels) == 1 and rec.kernels[0].kind == "matmul"
-    assert rec.kernels[0].variant.startswith(f"tiled, tile {tile}, aligned {layout}, depth "), rec.kernels[0].variant
+    assert [r.ops for r in rec.kernels[:-1]] == [[f"pack {p} for matmul"] for p in packed]
+    assert rec.kernels[-1].ops == ["matmul", "add", "maximum"]
+    assert rec.kernels[-1].variant.startswith(f"tiled, tile {tile}, aligned {layout}, depth "), rec.kernels[-1].variant
+    assert all(r.kind == "matmul" for r in rec.kernels)
+
+
+def test_a_packed_matmul_replays_in_a_jitted_function_and_frees_its_copies():
+    """The packed copies are pool buffers of the block's own: a jitted function replays
+    the packs and the product with new operands, and the pool gets them back."""
+    from tests.conftest import server_settings
+
+    m, k, n = 2048, 16, 2048
+    with server_settings(matmul_strategy="tiled"):
+        f = clients.jit(lambda x, y: clients.maximum(x @ y - 0.5, 0.0))
+        live = clients.stats()["buffers_live"]
+        for seed in range(3):
+            a, w = rand((m, k), seed=seed), rand((k, n), seed=seed + 10)
+            got = f(clients.asarray(a), clients.asarray(w)).numpy()
+            np.testing.assert_allclose(got, np.maximum(a @ w - 0.5, 0), rtol=1e-4, atol=1e-4)
+        assert clients.stats()["jit_replays"] >= 1
+    settle()
+    assert clients.stats()["buffers_live"] == live
 
 
 @pytest.mark.parametrize("mkn, a_t, b_t", [(mkn, *t) for mkn in [(70, 150, 96), (33, 64, 40), (9, 200, 130)]
@@ -215,8 +239,11 @@ def test_aligned_tiles_batched_and_integer():
     with server_settings(matmul_strategy="tiled"), clients.inspect() as rec:
         got = (clients.asarray(a) @ clients.asarray(w) - 7).numpy()
         picked = (clients.asarray(a)[:, :, 8:] @ clients.asarray(w)).numpy()  # offset 8 rows: still aligned
+        bias = rng.integers(-9, 9, 36).astype(np.int32)  # (one row for every batch and row: the "row" class)
+        biased = (clients.asarray(a) @ clients.asarray(w) + clients.asarray(bias)).numpy()
     np.testing.assert_array_equal(got, a @ w - 7)
     np.testing.assert_array_equal(picked, a[:, :, 8:] @ w)
+    np.testing.assert_array_equal(biased, a @ w + bias)
     assert all("aligned kn" in r.variant for r in rec.kernels), [r.variant for r in rec.kernels]
 
 

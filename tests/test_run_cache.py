@@ -769,3 +769,14 @@ def test_reconfiguring_forgets_what_the_cache_knew_of_each_streams_batches(clien
         for _ in range(4):  # looked up from the first batch again: noted, captured, replayed
             steps(x, INBOX_BATCH // 2)
         assert delta(before)["run_replays"] >= 1
+
+
+def test_setting_the_mode_it_has_keeps_the_cache():
+    """set_mode with the mode in force changes nothing: a loop that sets it every round
+    (as code alternating with eager sections might) still replays."""
+    x = clients.asarray(rand(64))
+    before = counts()
+    for _ in range(4):
+        clients.set_mode("lazy")
+        np.testing.assert_allclose((x * 3.0 + 1.0).numpy(), x.numpy() * 3 + 1, rtol=1e-6)
+    assert delta(before)["run_replays"] >= 2 and delta(before)["run_captures"] == 1

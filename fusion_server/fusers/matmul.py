@@ -8,6 +8,7 @@ from ..codegen import elementwise as cg
 from ..codegen import epilogue as ep
 from ..codegen import matmul as mg
 from ..codegen import signature as sig
+from ..codegen import transpose as tg
 from ..codegen.layout import broadcast_strides
 from ..context import BlockContext
 from ..handles import FAILED, PENDING
@@ -114,6 +115,11 @@ class MatmulPlan:
         tile = 128 if strategy == "tiled" and m * n * nbatch >= 2048 * 2048 and mm.compute.kind != "c" else 64
         aligned = mg.aligned_tiles(mm.compute, tile, a_layout, b_layout, batch, m, n, k, ctx.info.local_mem_bytes) \
             if strategy == "tiled" else None
+        packs = packed_operands(mm.compute, tile, aligned, a_layout, b_layout, batch, m, n, k,
+                                ctx.info.local_mem_bytes)
+        if packs:
+            a_layout, b_layout, aligned = packs[-1]
+            meta = mg.metadata(a_layout, b_layout, batch, out_shape, out_rank, layouts)
         operands, depth, double = aligned or ("", mg.TK, False)
         spec = mg.MatmulSpec(
             dtype=mm.compute,
@@ -130,16 +136,43 @@ class MatmulPlan:
             depth=depth,
             double_buffer=double,
         )
+        transpose = ctx.build_or_fail(tg.TransposeSpec(mm.compute, index), "matmul block", out_entries) \
+            if packs else None
+        if packs and transpose is None:
+            return
         built = ctx.build_or_fail(spec, "matmul block", out_entries)  # its scalar variant if the vector build failed
         if built is None:
             return
         kernel, spec = built.kernel, built.spec
         buffers = [ctx.allocate(e.storage) for e in out_entries]
+        operand_buffers = [ea.storage.buffer, eb.storage.buffer]
+        scratch = []
+        try:
+            if packs and size_of(out_shape):
+                for which, (rows, cols, layout) in packs[0].items():
+                    nbytes = rows * cols * mm.compute.itemsize
+                    scratch.append((ctx.pool.alloc(nbytes), nbytes))
+                    idx = np.int32 if index == "int" else np.int64
+                    source = operand_buffers[which]
+                    operand_buffers[which] = scratch[-1][0]
+                    args = [scratch[-1][0], source, *map(idx, (*layout, rows, cols))]
+                    ctx.launch(transpose.kernel, *tg.grid(rows, cols), args, "matmul",
+                               [f"pack {'AB'[which]} for matmul"], len(args))
+            self._launch(ctx, kernel, spec, out_shape, index, (m, n, k, nbatch), meta, buffers, scalars,
+                         [*operand_buffers, *(e.storage.buffer for e in epi_entries[1:])])
+        finally:  # (the in-order queue runs the packs and the product before any later use)
+            for buffer, nbytes in scratch:
+                ctx.pool.free(buffer, nbytes)
+        ctx.mark_ready([e.storage for e in out_entries])
+
+    def _launch(self, ctx: BlockContext, kernel, spec: mg.MatmulSpec, out_shape: tuple, index: str,
+                sizes: tuple[int, int, int, int], meta: tuple, buffers: list, scalars: list, inputs: list) -> None:
+        """Enqueue the matmul kernel over its grid (nothing for an empty product)."""
+        m, n, k, nbatch = sizes
         if size_of(out_shape):
             idx = np.int32 if index == "int" else np.int64
             args = sig.bind(mg.parameters(spec), size=[idx(m), idx(n), idx(k), idx(nbatch)],
-                            meta=[ctx.metadata_buffer(meta)], out=buffers, scalar=scalars,
-                            input=[ea.storage.buffer, eb.storage.buffer, *(e.storage.buffer for e in epi_entries[1:])])
+                            meta=[ctx.metadata_buffer(meta)], out=buffers, scalar=scalars, input=inputs)
             if spec.strategy == "rows":
                 cols, rows, _ = mg.rows_layout(spec)
                 groups = ((n + cols - 1) // cols, (m + rows - 1) // rows, nbatch)
@@ -152,4 +185,32 @@ class MatmulPlan:
                 local = (mg.LOCAL, mg.LOCAL, 1)
             ctx.launch(kernel, groups, local, args, "matmul", [getattr(op, "name", "matmul") for op in self.ops],
                        len(args))
-        ctx.mark_ready([e.storage for e in out_entries])
+
+
+def packed_operands(dtype: np.dtype, tile: int, aligned: tuple | None, a_layout: tuple, b_layout: tuple,
+                    batch: list, m: int, n: int, k: int, local_bytes: int) -> list:
+    """[{operand (0: A, 1: B): (rows, cols, (offset, row stride, column stride)) of the
+    transpose that packs it}, (A's layout, B's layout, aligned tiles) then], or [] where the
+    operands stay as they are. A large product (128-wide tiles) whose tiled kernel would
+    read an operand along k (a row-major A, a transposed B) copies that operand transposed
+    first, into the layout read along the output (A^T contiguous, B row-major): on an H200
+    at 4096^3 the kernel reading A along k took 4.58 ms, along m 3.67 (3.47 and 3.06 on
+    another start), and the copy of 64 MiB about 0.05 (see BENCHMARKS.md). Not batched
+    products."""
+    if aligned is None or tile != 128 or batch:
+        return []
+    pack_a, pack_b = aligned[0][0] == "k", aligned[0][1] == "k"
+    if not (pack_a or pack_b):
+        return []
+    a2 = (0, 1, m) if pack_a else a_layout
+    b2 = (0, n, 1) if pack_b else b_layout
+    repacked = mg.aligned_tiles(dtype, tile, a2, b2, batch, m, n, k, local_bytes)
+    if repacked is None or repacked[0] != "mn":
+        return []
+    packs = {}
+    if pack_a:  # A (m x k) read along k: its transpose, k x m
+        packs[0] = (m, k, a_layout)
+    if pack_b:  # B (k x n) read along k is B^T (n x k) row-major: its transpose, k x n
+        off, s_bk, s_bn = b_layout
+        packs[1] = (n, k, (off, s_bn, s_bk))
+    return [packs, (a2, b2, repacked)]
