@@ -142,18 +142,22 @@ def run(n: int | None = None, repeat: int = 10) -> dict:
         # Each variant is timed at its best: on a CPU device ours after BLAS threads went to
         # sleep (they would share the cores), numpy right after an untimed product (its
         # threads awake: the first product after a pause ran up to 1.7x slower). On a GPU
-        # no variant pauses: the GPU lowers its clock while idle (a 4096^3 product took
-        # 0.24 to 0.3 ms longer after a 0.5 s pause on the H200, ours and cuBLAS's alike).
-        # Eager mode is timed in rounds of its own: a change of mode drops the streams and
-        # the run cache, which fused calls would otherwise rebuild every round.
-        pause = {name: _let_blas_threads_sleep for name in variants} if not dtime.is_gpu(
-            clients.client_for().server.runtime.queue) else {}
+        # no variant pauses (the GPU lowers its clock while idle: a 4096^3 product took
+        # 0.24 to 0.3 ms longer after a 0.5 s pause on the H200, ours and cuBLAS's alike),
+        # and numpy runs in rounds of its own (its threads spinning after a product slowed
+        # the host side of the next variant's call). Eager mode is timed in rounds of its
+        # own everywhere: a change of mode drops the streams and the run cache, which fused
+        # calls would otherwise rebuild every round.
+        gpu = dtime.is_gpu(clients.client_for().server.runtime.queue)
+        pause = {} if gpu else {name: _let_blas_threads_sleep for name in variants}
         pause["numpy"] = lambda: a @ w
-        timings = common.time_rounds({name: fn for name, fn in variants.items() if name != "eager"}, repeat,
+        alone = ("eager", "numpy") if gpu else ("eager",)
+        timings = common.time_rounds({name: fn for name, fn in variants.items() if name not in alone}, repeat,
                                      warmup=0, setup=pause, repeats=counts, apart=("cuBLAS",))
-        clients.set_mode("eager")
-        timings.update(common.time_rounds({"eager": variants["eager"]}, repeat, warmup=1, setup=pause,
-                                          repeats=counts))
+        for name in alone:
+            clients.set_mode("eager" if name == "eager" else "lazy")
+            timings.update(common.time_rounds({name: variants[name]}, repeat, warmup=1, setup=pause,
+                                              repeats=counts))
         timings = {name: timings[name] for name in variants}
         # The kernels and their device times, from calls of their own after the timed ones.
         for name, mode in (("eager", "eager"), ("fused", "lazy")):
