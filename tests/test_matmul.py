@@ -213,12 +213,15 @@ def test_a_packed_matmul_replays_in_a_jitted_function_and_frees_its_copies():
     assert clients.stats()["buffers_live"] == live
 
 
-@pytest.mark.parametrize("mkn, a_t, b_t", [(mkn, *t) for mkn in [(70, 150, 96), (33, 64, 40), (9, 200, 130)]
+@pytest.mark.parametrize("mkn, a_t, b_t", [(mkn, *t) for mkn in [(70, 150, 96), (33, 64, 40), (9, 200, 130),
+                                                                 (258, 64, 130)]
                                            for t in _LAYOUTS])
 def test_the_rows_kernel_reads_every_layout_and_ragged_edge(mkn, a_t, b_t):
     """The CPU kernel (forced on any device): B row-major and transposed (whose panel is
     copied down its columns), depths over several K steps and a partial last one, column
-    blocks that are whole and one cut by N, the epilogue fused."""
+    blocks that are whole and one cut by N, the epilogue fused; a transposed A of a large
+    enough product copied row-major first."""
+    from fusion_server.fusers.matmul import ROWS_PACK_MIN
     from tests.conftest import server_settings
 
     m, k, n = mkn
@@ -226,8 +229,10 @@ def test_the_rows_kernel_reads_every_layout_and_ragged_edge(mkn, a_t, b_t):
     with server_settings(matmul_strategy="rows"), clients.inspect() as rec:
         got = clients.maximum(_operand(a, a_t) @ _operand(w, b_t) + clients.asarray(bias), 0.0).numpy()
     np.testing.assert_allclose(got, np.maximum(a @ w + bias, 0), rtol=1e-4, atol=1e-4)
-    assert len(rec.kernels) == 1 and rec.kernels[0].kind == "matmul"
-    assert rec.kernels[0].variant.startswith("rows"), rec.kernels[0].variant
+    packed = a_t and m * n * k >= ROWS_PACK_MIN
+    assert [r.ops for r in rec.kernels[:-1]] == ([["pack A for matmul"]] if packed else [])
+    assert all(r.kind == "matmul" for r in rec.kernels)
+    assert rec.kernels[-1].variant.startswith("rows"), rec.kernels[-1].variant
 
 
 def test_aligned_tiles_batched_and_integer():

@@ -115,7 +115,7 @@ class MatmulPlan:
         tile = 128 if strategy == "tiled" and m * n * nbatch >= 2048 * 2048 and mm.compute.kind != "c" else 64
         aligned = mg.aligned_tiles(mm.compute, tile, a_layout, b_layout, batch, m, n, k, ctx.info.local_mem_bytes) \
             if strategy == "tiled" else None
-        packs = packed_operands(mm.compute, tile, aligned, a_layout, b_layout, batch, m, n, k,
+        packs = packed_operands(strategy, mm.compute, tile, aligned, a_layout, b_layout, batch, m, n, k,
                                 ctx.info.local_mem_bytes)
         if packs:
             a_layout, b_layout, aligned = packs[-1]
@@ -187,17 +187,33 @@ class MatmulPlan:
                        len(args))
 
 
-def packed_operands(dtype: np.dtype, tile: int, aligned: tuple | None, a_layout: tuple, b_layout: tuple,
-                    batch: list, m: int, n: int, k: int, local_bytes: int) -> list:
+# The "rows" kernel (CPUs) packs an A it reads across rows, from products of this many
+# multiply-adds (smaller ones, a launch's cost more than the copy saves).
+ROWS_PACK_MIN = 1 << 21
+
+
+def packed_operands(strategy: str, dtype: np.dtype, tile: int, aligned: tuple | None, a_layout: tuple,
+                    b_layout: tuple, batch: list, m: int, n: int, k: int, local_bytes: int) -> list:
     """[{operand (0: A, 1: B): (rows, cols, (offset, row stride, column stride)) of the
     transpose that packs it}, (A's layout, B's layout, aligned tiles) then], or [] where the
-    operands stay as they are. A large product (128-wide tiles) whose tiled kernel would
-    read an operand along k (a row-major A, a transposed B) copies that operand transposed
-    first, into the layout read along the output (A^T contiguous, B row-major): on an H200
-    at 4096^3 the kernel reading A along k took 4.58 ms, along m 3.67 (3.47 and 3.06 on
-    another start), and the copy of 64 MiB about 0.05 (see BENCHMARKS.md). Not batched
-    products."""
-    if aligned is None or tile != 128 or batch:
+    operands stay as they are. Not for batched products.
+
+    - GPUs: a large product (128-wide tiles) whose tiled kernel would read an operand
+      along k (a row-major A, a transposed B) copies it transposed first, into the layout
+      read along the output (A^T contiguous, B row-major): on an H200 at 4096^3 the kernel
+      reading A along k took 4.58 ms, along m 3.67 (3.47 and 3.06 on another start), and
+      the copy of 64 MiB about 0.05 (see BENCHMARKS.md).
+    - CPUs: the rows kernel streams each row of A along k; an A whose rows are not
+      contiguous (a transposed view) is copied row-major first (A^T @ B at 1024^3 on a
+      2-core Zen 3: 78.6 ms, against 39 for A @ B). Its B^T is read by columns already."""
+    if batch:
+        return []
+    if strategy == "rows":
+        off, s_am, s_ak = a_layout
+        if s_ak == 1 or m * n * k < ROWS_PACK_MIN:
+            return []
+        return [{0: (k, m, (off, s_ak, s_am))}, ((0, k, 1), b_layout, None)]  # (A row-major: A^T's transpose)
+    if aligned is None or tile != 128:
         return []
     pack_a, pack_b = aligned[0][0] == "k", aligned[0][1] == "k"
     if not (pack_a or pack_b):
