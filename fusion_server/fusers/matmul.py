@@ -105,7 +105,6 @@ class MatmulPlan:
         classes, layouts, out_rank = ep.layouts(prod.ir.dtype, epi_entries[1:], out_shape)
         a_layout, b_layout = (ea.offset, ea.strides[-2], ea.strides[-1]), (eb.offset, eb.strides[-2], eb.strides[-1])
         batch = list(zip(batch_shape, sa, sb))
-        meta = mg.metadata(a_layout, b_layout, batch, out_shape, out_rank, layouts)
         biggest = max(size_of(out_shape), ea.storage.nbytes // ea.ir.dtype.itemsize,
                       eb.storage.nbytes // eb.ir.dtype.itemsize)
         index = index_type(biggest)
@@ -115,11 +114,12 @@ class MatmulPlan:
         tile = 128 if strategy == "tiled" and m * n * nbatch >= 2048 * 2048 and mm.compute.kind != "c" else 64
         aligned = mg.aligned_tiles(mm.compute, tile, a_layout, b_layout, batch, m, n, k, ctx.info.local_mem_bytes) \
             if strategy == "tiled" else None
-        packs = packed_operands(strategy, mm.compute, tile, aligned, a_layout, b_layout, batch, m, n, k,
-                                ctx.info.local_mem_bytes)
-        if packs:
-            a_layout, b_layout, aligned = packs[-1]
-            meta = mg.metadata(a_layout, b_layout, batch, out_shape, out_rank, layouts)
+        packed = packed_operands(strategy, mm.compute, tile, aligned, a_layout, b_layout, batch, m, n, k,
+                                 ctx.info.local_mem_bytes)
+        packs = {}
+        if packed is not None:
+            packs, (a_layout, b_layout, aligned) = packed
+        meta = mg.metadata(a_layout, b_layout, batch, out_shape, out_rank, layouts)
         operands, depth, double = aligned or ("", mg.TK, False)
         spec = mg.MatmulSpec(
             dtype=mm.compute,
@@ -147,30 +147,30 @@ class MatmulPlan:
         buffers = [ctx.allocate(e.storage) for e in out_entries]
         operand_buffers = [ea.storage.buffer, eb.storage.buffer]
         scratch = []
+        idx = np.int32 if index == "int" else np.int64
         try:
-            if packs and size_of(out_shape):
-                for which, (rows, cols, layout) in packs[0].items():
+            if size_of(out_shape):
+                for which, (rows, cols, layout) in packs.items():
                     nbytes = rows * cols * mm.compute.itemsize
                     scratch.append((ctx.pool.alloc(nbytes), nbytes))
-                    idx = np.int32 if index == "int" else np.int64
                     source = operand_buffers[which]
                     operand_buffers[which] = scratch[-1][0]
                     args = [scratch[-1][0], source, *map(idx, (*layout, rows, cols))]
                     ctx.launch(transpose.kernel, *tg.grid(rows, cols), args, "matmul",
                                [f"pack {'AB'[which]} for matmul"], len(args))
-            self._launch(ctx, kernel, spec, out_shape, index, (m, n, k, nbatch), meta, buffers, scalars,
+            self._launch(ctx, kernel, spec, out_shape, idx, (m, n, k, nbatch), meta, buffers, scalars,
                          [*operand_buffers, *(e.storage.buffer for e in epi_entries[1:])])
         finally:  # (the in-order queue runs the packs and the product before any later use)
             for buffer, nbytes in scratch:
                 ctx.pool.free(buffer, nbytes)
         ctx.mark_ready([e.storage for e in out_entries])
 
-    def _launch(self, ctx: BlockContext, kernel, spec: mg.MatmulSpec, out_shape: tuple, index: str,
+    def _launch(self, ctx: BlockContext, kernel, spec: mg.MatmulSpec, out_shape: tuple, idx: type,
                 sizes: tuple[int, int, int, int], meta: tuple, buffers: list, scalars: list, inputs: list) -> None:
-        """Enqueue the matmul kernel over its grid (nothing for an empty product)."""
+        """Enqueue the matmul kernel over its grid (nothing for an empty product); `idx` is
+        the numpy type of its size arguments."""
         m, n, k, nbatch = sizes
         if size_of(out_shape):
-            idx = np.int32 if index == "int" else np.int64
             args = sig.bind(mg.parameters(spec), size=[idx(m), idx(n), idx(k), idx(nbatch)],
                             meta=[ctx.metadata_buffer(meta)], out=buffers, scalar=scalars, input=inputs)
             if spec.strategy == "rows":
@@ -193,10 +193,10 @@ ROWS_PACK_MIN = 1 << 21
 
 
 def packed_operands(strategy: str, dtype: np.dtype, tile: int, aligned: tuple | None, a_layout: tuple,
-                    b_layout: tuple, batch: list, m: int, n: int, k: int, local_bytes: int) -> list:
-    """[{operand (0: A, 1: B): (rows, cols, (offset, row stride, column stride)) of the
-    transpose that packs it}, (A's layout, B's layout, aligned tiles) then], or [] where the
-    operands stay as they are. Not for batched products.
+                    b_layout: tuple, batch: list, m: int, n: int, k: int, local_bytes: int) -> tuple | None:
+    """({operand (0: A, 1: B): (rows, cols, (offset, row stride, column stride)) of the
+    transpose that packs it}, (A's layout, B's layout, aligned tiles) then), or None where
+    the operands stay as they are. Not for batched products.
 
     - GPUs: a large product (128-wide tiles) whose tiled kernel would read an operand
       along k (a row-major A, a transposed B) copies it transposed first, into the layout
@@ -207,26 +207,26 @@ def packed_operands(strategy: str, dtype: np.dtype, tile: int, aligned: tuple | 
       contiguous (a transposed view) is copied row-major first (A^T @ B at 1024^3 on a
       2-core Zen 3: 78.6 ms, against 39 for A @ B). Its B^T is read by columns already."""
     if batch:
-        return []
+        return None
     if strategy == "rows":
         off, s_am, s_ak = a_layout
         if s_ak == 1 or m * n * k < ROWS_PACK_MIN:
-            return []
-        return [{0: (k, m, (off, s_ak, s_am))}, ((0, k, 1), b_layout, None)]  # (A row-major: A^T's transpose)
+            return None
+        return {0: (k, m, (off, s_ak, s_am))}, ((0, k, 1), b_layout, None)  # (A row-major: A^T's transpose)
     if aligned is None or tile != 128:
-        return []
+        return None
     pack_a, pack_b = aligned[0][0] == "k", aligned[0][1] == "k"
     if not (pack_a or pack_b):
-        return []
+        return None
     a2 = (0, 1, m) if pack_a else a_layout
     b2 = (0, n, 1) if pack_b else b_layout
     repacked = mg.aligned_tiles(dtype, tile, a2, b2, batch, m, n, k, local_bytes)
     if repacked is None or repacked[0] != "mn":
-        return []
+        return None
     packs = {}
     if pack_a:  # A (m x k) read along k: its transpose, k x m
         packs[0] = (m, k, a_layout)
     if pack_b:  # B (k x n) read along k is B^T (n x k) row-major: its transpose, k x n
         off, s_bk, s_bn = b_layout
         packs[1] = (n, k, (off, s_bn, s_bk))
-    return [packs, (a2, b2, repacked)]
+    return packs, (a2, b2, repacked)
