@@ -195,7 +195,7 @@ def test_aligned_tiles_read_every_layout_and_ragged_edge(mkn, a_t, b_t, packed):
     assert all(r.kind == "matmul" for r in rec.kernels)
 
 
-def test_a_packed_matmul_replays_in_a_jitted_function_and_frees_its_copies():
+def test_a_packed_matmul_replays_in_a_jitted_function_and_frees_its_copies(baseline):
     """The packed copies are pool buffers of the block's own: a jitted function replays
     the packs and the product with new operands, and the pool gets them back."""
     from tests.conftest import server_settings
@@ -203,14 +203,13 @@ def test_a_packed_matmul_replays_in_a_jitted_function_and_frees_its_copies():
     m, k, n = 2048, 16, 2048
     with server_settings(matmul_strategy="tiled"):
         f = clients.jit(lambda x, y: clients.maximum(x @ y - 0.5, 0.0))
-        live = clients.stats()["buffers_live"]
         for seed in range(3):
             a, w = rand((m, k), seed=seed), rand((k, n), seed=seed + 10)
             got = f(clients.asarray(a), clients.asarray(w)).numpy()
             np.testing.assert_allclose(got, np.maximum(a @ w - 0.5, 0), rtol=1e-4, atol=1e-4)
         assert clients.stats()["jit_replays"] >= 1
     settle()
-    assert clients.stats()["buffers_live"] == live
+    assert clients.stats()["buffers_live"] == baseline
 
 
 @pytest.mark.parametrize("mkn, a_t, b_t", [(mkn, *t) for mkn in [(70, 150, 96), (33, 64, 40), (9, 200, 130),
