@@ -167,7 +167,7 @@ class FusionClient:
             return
         for _ in range(1000):
             try:
-                self.server.recover(exc)
+                self.server.recover(exc, self.queues)
                 return
             except Exception:
                 raise  # a bug in the repair itself: never hide it
@@ -305,7 +305,8 @@ class FusionClient:
         """Register a thread's recorded ops (under the lock), in order, in its stream; with
         `before`, only those made before that sequence number. An op leaves its queue only
         once registered: after a kernel build or an interrupt, the next locked section
-        resumes with it (the server recognizes an op it has queued already). An op that
+        resumes with it (the server recognizes an op it has queued already; after an
+        interrupt, its recovery takes such ops off the queues). An op that
         reads a tensor still in another thread's queue has the ops made before it, on every
         thread, registered first; an op the server refuses fails its own outputs."""
         server = self.server

@@ -192,6 +192,9 @@ class FusionServer:
         # Per stream, the last output id registered: an op seen again (its caller was
         # interrupted before it knew) is not registered twice, even once it has run.
         self.registered_upto: dict[int, int] = {}
+        # The run cache's replay making its entries now: ((stream id, the run's last id), the
+        # values it writes); see recover.
+        self.replaying: tuple | None = None
         # Per stream, batches in a row that were no run the cache knew (see find_run).
         self.batch_misses: dict[int, int] = {}
         self.tapes: dict[int, cap.Tape] = {}  # stream id -> its capture in progress (clients.jit)
@@ -529,17 +532,43 @@ class FusionServer:
         self.handles.add(ir, storage, strides, offset)
 
     # -- recovering --------------------------------------------------------------------
-    def recover(self, cause: BaseException) -> None:
+    def recover(self, cause: BaseException, recorded: dict[int, deque] | None = None) -> None:
         """Make the bookkeeping consistent again after `cause` interrupted a locked section
         at any point (a signal handler's exception lands between any two byte codes).
 
-        The queues are the truth: the block in flight, if its stream still holds it, is
+        The queues are the truth: the ops the server has already (an entry of theirs, or
+        registered_upto) leave the head of the threads' `recorded` queues (the client's,
+        by stream: see register_run); the block in flight, if its stream still holds it, is
         dropped (it ran or failed, and never runs again), and what it had not written
         fails; every reader count is counted again from the queued ops; a value still to
         be written whose writer is in no queue fails; the streams explore their queues
         afresh; dead values nobody reads are released; buffers the pool handed out that no
         value holds go back to it. Safe to run again if it is itself interrupted."""
         entries = self.handles.entries
+        upto = self.registered_upto
+        if self.replaying is not None:
+            (sid, last), out_irs = self.replaying
+            if out_irs[0].id in entries:  # a run's replay cut after its first entry: the run is registered
+                for ir in out_irs:  # (a value still without its entry fails below, as one with it)
+                    if ir.id not in entries:
+                        entries[ir.id] = pending_entry(ir, size_of(ir.shape) * ir.dtype.itemsize, sid)
+                upto[sid] = max(upto.get(sid, -1), last)
+            self.replaying = None
+        # First, while every entry the cut section made is there: an op it registered, left
+        # queued, is known as registered only by its entry until registered_upto notes it, and
+        # a drop applied before the queue is registered again (any locked section applies
+        # them first) would release that entry; the op would then be registered anew, its
+        # value alive for ever (its drop spent). A replayed run's ops go whole: its dead
+        # values have no entries, and its donated inputs no buffers.
+        for sid, queue in list((recorded or {}).items()):
+            registered = upto.get(sid, -1)
+            while queue:
+                op = queue[0][1]  # (None: a handle kept until the ops before it left)
+                if op is not None:
+                    outs = outputs_of(op)
+                    if outs[0].id not in entries and outs[-1].id > registered:
+                        break
+                queue.popleft()
         for sid, tape in list(self.tapes.items()):
             if tape.run:  # (a run's capture lives in one locked section: this one, cut short)
                 self.abort_capture(sid, tape)
@@ -582,6 +611,8 @@ class FusionServer:
                     orphans.append(st)
         if orphans:
             self.ctx.fail(orphans, err)
+        if self.early_drops:  # (an interrupt between an entry and its early drop: applied here)
+            self._dropped_early([e.ir for tid, e in entries.items() if tid in self.early_drops])
         for entry in list(entries.values()):
             if not entry.alive and not entry.readers:
                 self.handles.maybe_release(entry)
@@ -789,11 +820,13 @@ class FusionServer:
         self.ctx.stop_following(tape)
 
     def replay(self, capture: cap.Capture, input_ids: list[int], scalars: list, out_irs: list[TensorIr],
-               counter: str = "jit_replays") -> bool:
+               counter: str = "jit_replays", queued: tuple[int, int] | None = None) -> bool:
         """Enqueue a capture for this call's tensors and scalars, writing `out_irs`; False
         (nothing changed) when the call must be traced instead: the settings changed, or
         its inputs share storages or sizes otherwise than the traced call's. May stop for
-        a kernel build (a pending input's writer) and be called again."""
+        a kernel build (a pending input's writer) and be called again. `queued`: (stream id,
+        last id) of the queued ops the replay stands for (a run's), registered from its
+        first entry on (see recover)."""
         if capture.generation != self.generation:
             return False
         entries = self.handles.entries
@@ -816,6 +849,8 @@ class FusionServer:
         elif not capture.distinct:
             return False
         self.counters[counter] += 1
+        # (only now: an interrupt before the first entry leaves the ops to be registered)
+        self.replaying = (queued, out_irs) if queued is not None and out_irs else None
         cap.replay(self.ctx, capture, ins, scalars, out_irs)
         if self.tapes:  # (another thread traces meanwhile: what this wrote is no constant of its call)
             written = [entries[ir.id].storage for ir in out_irs if ir.id in entries]
@@ -910,10 +945,12 @@ class FusionServer:
             if e.readers or st.refs != 1 or st.pins or not st.owned or st.buffer is None:
                 return False
         outputs = run.outputs
-        if not self.replay(capture, run.inputs, [], [outputs[k] for k in variant[0]], "run_replays"):
+        if not self.replay(capture, run.inputs, [], [outputs[k] for k in variant[0]], "run_replays",
+                           (stream_id, outputs[-1].id)):
             del run.captures[variant]  # made under other settings: captured again
             return False
         self.registered_upto[stream_id] = outputs[-1].id  # (the client's queue may still hold the ops)
+        self.replaying = None
         self.counters["ops_registered"] += len(outputs)
         if len(self.gone) > MAX_EARLY_DROPS:
             self.gone.clear()  # (ids whose drops an interrupt lost: bounded)

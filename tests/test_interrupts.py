@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import clients
-from tests.conftest import failing_builds, rand, settle
+from tests.conftest import failing_builds, rand, server_settings, settle
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs POSIX interval timers")
 
@@ -557,3 +557,112 @@ def test_a_lost_signal_at_handle_death_loses_no_drop(baseline):
             xs = None
     settle()
     assert clients.stats()["buffers_live"] == baseline
+
+
+# -- an interrupt between an op's entry and the note that the server has it -------------------
+class _CutOnce(dict):
+    """A server's `registered_upto` whose next update, once armed, raises KeyboardInterrupt
+    instead: an op has its entry, and the server has not noted it as registered."""
+
+    armed = False
+
+    def __setitem__(self, key, value):
+        if self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+        dict.__setitem__(self, key, value)
+
+
+def _interrupted(fn) -> bool:
+    """Whether `fn()` raised KeyboardInterrupt; its frames, and the handles they held, are
+    gone when this returns (collected: a traceback can sit in a reference cycle)."""
+    try:
+        fn()
+        cut = False
+    except KeyboardInterrupt:
+        cut = True
+    gc.collect()
+    return cut
+
+
+@pytest.fixture
+def cut(client, monkeypatch):
+    """The inbox channel (ops wait in the thread's queue), no run cache, and a server whose
+    next note of an op as registered an armed `_CutOnce` interrupts."""
+    monkeypatch.setattr(client, "channel", "inbox")
+    with server_settings(run_cache_enabled=False) as server:
+        cut = _CutOnce(server.registered_upto)
+        monkeypatch.setattr(server, "registered_upto", cut)
+        yield cut
+
+
+def test_an_op_cut_after_its_entry_is_not_registered_again_once_its_handle_died(cut):
+    """The op stays in its thread's queue and its handle dies; the next flush applies that
+    drop (releasing the op's failed entry) before it registers the queue. Registered again,
+    the op would make an entry for an id whose drop is spent: alive, and its buffer held,
+    for ever."""
+    a = rand(256, seed=11)
+    x = clients.asarray(a)
+    before = _counts()
+
+    def read():
+        y = x * 3.0
+        cut.armed = True
+        y.numpy()
+
+    assert _interrupted(read) and not cut.armed
+    np.testing.assert_allclose((x + 1.0).numpy(), a + 1, rtol=1e-6)
+    assert _counts() == before
+    assert clients.stats()["pending_ops"] == 0
+
+
+def test_an_op_cut_after_its_entry_still_takes_the_drop_that_came_before_it(cut):
+    """A value dropped before its op was registered (`x * 3.0` as a statement) has its drop
+    kept for the op; cut between the op's entry and that drop's application, the value is
+    still released."""
+    a = rand(256, seed=13)
+    x = clients.asarray(a)
+    before = _counts()
+
+    def read():
+        x * 3.0  # noqa: B018 (dropped at once: the flush below applies the drop first)
+        cut.armed = True
+        (x + 1.0).numpy()
+
+    assert _interrupted(read) and not cut.armed
+    np.testing.assert_allclose((x + 2.0).numpy(), a + 2, rtol=1e-6)
+    assert _counts() == before
+    assert clients.stats()["pending_ops"] == 0
+
+
+def test_a_run_replay_cut_before_its_ops_count_as_registered_leaks_nothing(client, monkeypatch):
+    """A recurring run is replayed (entries made for its live values), and the interrupt
+    falls before the server notes its ops as registered: they are still queued, and must
+    not be registered again once the replayed values' handles died."""
+    monkeypatch.setattr(client, "channel", "inbox")
+    a = rand(512, seed=12)
+    x = clients.asarray(a)
+    want = np.tanh(a * np.float32(1.5)) + np.float32(0.25)
+
+    def step():
+        return (clients.tanh(x * 1.5) + 0.25).numpy()
+
+    with server_settings(run_cache_enabled=True) as server:
+        for _ in range(3):  # noted, captured, replayed
+            np.testing.assert_allclose(step(), want, rtol=1e-5, atol=1e-6)
+        before = _counts()
+        replay = server.replay
+        armed = [True]
+
+        def replay_then_interrupt(*args, **kwargs):
+            done = replay(*args, **kwargs)
+            if done and armed[0]:
+                armed[0] = False
+                raise KeyboardInterrupt
+            return done
+
+        monkeypatch.setattr(server, "replay", replay_then_interrupt)
+        assert _interrupted(step) and not armed[0]  # (cut once the replay was done)
+        np.testing.assert_allclose(step(), want, rtol=1e-5, atol=1e-6)  # (its flush applies the drop first)
+        assert _counts() == before
+        assert clients.stats()["pending_ops"] == 0
