@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import clients
-from tests.conftest import failing_builds, rand, server_settings, settle
+from tests.conftest import exploding_kernel, failing_builds, rand, server_settings, settle
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs POSIX interval timers")
 
@@ -557,6 +557,37 @@ def test_a_lost_signal_at_handle_death_loses_no_drop(baseline):
             xs = None
     settle()
     assert clients.stats()["buffers_live"] == baseline
+
+
+def test_a_block_run_around_a_failed_input_is_not_stopped_half_done_by_a_build(client, monkeypatch):
+    """A block with a failed input fails the values that depend on it and computes the
+    rest, whose kernel may not be built yet. That build must not stop the block once it
+    has failed values: run again after it, the block would find gone a failed value whose
+    handle died meanwhile (its op still queued), and fail the values it should compute."""
+    import uuid
+
+    programs = client.server.runtime.programs
+    marker = f"{uuid.uuid4().int % 1000}.875f"
+    scaled = clients.custom.elementwise("around_a_failure", f"x * {marker}")
+    explode = exploding_kernel("explodes_before_a_build")
+    a = rand(256, seed=14)
+    x = clients.asarray(a)
+    before = _counts()
+    failed = explode(x)
+    held = [failed * 3.0]  # fails with its input; dropped while the other values' kernel builds
+    good = scaled(x) * 2.0
+    build = programs.build
+
+    def build_dropping(key, source, name, options=(), arg_dtypes=None):
+        if marker in source:
+            held.clear()
+        return build(key, source, name, options, arg_dtypes)
+
+    monkeypatch.setattr(programs, "build", build_dropping)
+    np.testing.assert_allclose(good.numpy(), a * np.float32(float(marker[:-1])) * 2, rtol=1e-6)
+    assert not held  # (the build ran while the block was under way)
+    del failed, good
+    assert _counts() == before
 
 
 # -- an interrupt between an op's entry and the note that the server has it -------------------

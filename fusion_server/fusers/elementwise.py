@@ -641,16 +641,23 @@ def run_around_failures(ctx: BlockContext, ops: list) -> None:
     if cause is not None:
         err = after_failed_input(f"block ({', '.join(names)})", cause.ir.id, cause.storage.error)
         ctx.fail([e.storage for e in tainted], err)
-    run: list[ElementwiseOp] = []
-    for op in [*clean, None]:
-        if type(op) is ElementwiseOp:
-            run.append(op)
-            continue
-        if run:
-            ElementwisePlan(run, ctx.max_bindings).execute(ctx)
-            run = []
-        if op is not None:
-            ctx.single_plan(op).execute(ctx)
+    # The rest's kernels are built here, under the lock: the block has changed, and a build
+    # that stopped it now (NeedsCompile) would have it run again from the start, finding
+    # gone a failed value whose handle died meanwhile (its op still queued).
+    under, ctx.compile_under_lock = ctx.compile_under_lock, True
+    try:
+        run: list[ElementwiseOp] = []
+        for op in [*clean, None]:
+            if type(op) is ElementwiseOp:
+                run.append(op)
+                continue
+            if run:
+                ElementwisePlan(run, ctx.max_bindings).execute(ctx)
+                run = []
+            if op is not None:
+                ctx.single_plan(op).execute(ctx)
+    finally:
+        ctx.compile_under_lock = under
 
 
 def _donors(ctx: BlockContext, in_entries: list[Entry], classes: list[str], in_slots: list,
