@@ -33,6 +33,7 @@ import functools
 import inspect
 import threading
 from collections import OrderedDict
+from operator import attrgetter
 from collections.abc import Callable
 from typing import Any
 
@@ -52,6 +53,9 @@ _get_ident = threading.get_ident
 _tuple_new = tuple.__new__
 MAX_CAPTURES = 256  # per function; the least recently used goes first
 _RETRACE = object()
+_LAYOUT = attrgetter("shape", "dtype", "_strides", "_offset")  # a tensor argument's part of the key
+_TID = attrgetter("_id")
+_TENSORS = {Tensor}
 
 
 class _Uncaptured(Exception):  # noqa: N818 (a signal inside _trace)
@@ -171,11 +175,13 @@ class JitFunction:
         handles = []
         make = Tensor._make
         ids = F._ids
+        result = F._result
         for shape, dtype, strides, offset in captured.layouts:
-            ir = _tuple_new(TensorIr, (next(ids), shape, dtype))
-            irs.append(ir)
-            handles.append(make(client, ir.id, shape, dtype, strides, offset))
-        input_ids = [t._id for t in call.tensors]
+            tid = next(ids)
+            irs.append(_tuple_new(TensorIr, (tid, shape, dtype)))
+            handles.append(result(client, tid, shape, dtype) if strides is None and not offset
+                           else make(client, tid, shape, dtype, strides, offset))
+        input_ids = list(map(_TID, call.tensors))
         capture = captured.capture
         # (the previous calls' dropped outputs are released once this call's kernels are enqueued)
         if not client.call(lambda server: server.replay(capture, input_ids, scalars, irs), drain_after=True):
@@ -238,17 +244,21 @@ class JitFunction:
     def _flatten(self, args: tuple, kwargs: dict) -> _Arguments:
         call = _Arguments()
         static_nums = self.static_nums
-        positional = self.positional
-        for i, a in enumerate(args):
-            if type(a) is Tensor and i not in static_nums:  # (the common argument: _leaf_key's first case)
-                call.tensors.append(a)
-                call.key.append((a.shape, a.dtype, a._strides, a._offset))
-                continue
-            name = positional[i] if i < len(positional) else f"args[{i}]"
-            if i in static_nums:
-                call.key.append(_static(a, name, self.name))
-            else:
-                _leaf_key(a, call, name)
+        if not static_nums and set(map(type, args)) == _TENSORS:  # (the common call: tensors alone)
+            call.tensors = list(args)
+            call.key = list(map(_LAYOUT, args))  # (as _leaf_key's first case)
+        else:
+            positional = self.positional
+            for i, a in enumerate(args):
+                if type(a) is Tensor and i not in static_nums:  # (the common argument: _leaf_key's first case)
+                    call.tensors.append(a)
+                    call.key.append(_LAYOUT(a))
+                    continue
+                name = positional[i] if i < len(positional) else f"args[{i}]"
+                if i in static_nums:
+                    call.key.append(_static(a, name, self.name))
+                else:
+                    _leaf_key(a, call, name)
         if kwargs:
             for name in sorted(kwargs):
                 a = kwargs[name]
@@ -313,7 +323,7 @@ def _leaf_key(a: Any, call: _Arguments, name: str) -> None:
     t = type(a)
     if t is Tensor:
         call.tensors.append(a)
-        call.key.append((a.shape, a.dtype, a._strides, a._offset))
+        call.key.append(_LAYOUT(a))
     elif t is float or t is complex:
         call.scalars.append(a)
         call.names.append(name)

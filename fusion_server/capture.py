@@ -31,7 +31,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from .errors import TensorFailedError, after_failed_input
-from .handles import FAILED, PENDING, READY, Entry, Storage
+from .handles import BUFFER_OF, FAILED, PENDING, READY, STATUS_OF, Entry, Storage
 from .ir import TensorIr, contiguous_strides, outputs_of, tensor_inputs
 from .runtime.programs import kernel_program
 
@@ -288,16 +288,18 @@ def _call_sources(step: tuple, n_inputs: int) -> tuple:
     return [shift(s) for s in step[2]], {k: shift(v) for k, v in step[3].items()}
 
 
-def replay(ctx, capture: Capture, ins: list[Entry], scalars: list, out_irs: list[TensorIr]) -> None:
-    """Enqueue `capture` for inputs `ins` and traced scalar values `scalars` (numpy values
-    of the dtypes the trace used), writing `out_irs` (their handles exist already).
+def replay(ctx, capture: Capture, ins: list[Entry], in_storages: list[Storage], scalars: list,
+           out_irs: list[TensorIr]) -> None:
+    """Enqueue `capture` for inputs `ins` (their storages `in_storages`) and traced scalar
+    values `scalars` (numpy values of the dtypes the trace used), writing `out_irs` (their
+    handles exist already).
 
     The outputs' entries are made first, as values still to be written whose writer is in
     no queue: an interrupt anywhere from there on fails them (the server's recovery), and
     buffers not yet held go back to the pool. A failure fails this call's outputs only."""
     entries = ctx.entries
     storages: dict = {}
-    buffers = [e.storage.buffer for e in ins]
+    buffers = list(map(BUFFER_OF, in_storages))
     donated = []
     for ir, (src, nbytes, strides, offset, contiguous) in zip(out_irs, capture.outputs):
         kind = src[0]
@@ -309,9 +311,9 @@ def replay(ctx, capture: Capture, ins: list[Entry], scalars: list, out_irs: list
         elif kind == DONATED:  # the input's buffer taken over, as the traced block did (below)
             st = Storage(nbytes, PENDING)
             st.writer = ir.id
-            donated.append((ins[src[1]].storage, st))
+            donated.append((in_storages[src[1]], st))
         elif kind == INPUT:
-            st = ins[src[1]].storage
+            st = in_storages[src[1]]
         elif kind == CONST:
             st = src[1]
         else:
@@ -321,11 +323,13 @@ def replay(ctx, capture: Capture, ins: list[Entry], scalars: list, out_irs: list
     # fails whole, and a donor keeps its buffer for the next try).
     for donor, st in donated:
         ctx.take_over(donor, st)
-    written = list(storages.values()) + [st for _, st in donated]
-    for e in ins:
-        if e.storage.status == FAILED:
-            ctx.fail(written, after_failed_input(f"clients.jit call of {capture.name}", e.ir.id, e.storage.error))
-            return
+    written = list(storages.values())
+    if donated:
+        written += [st for _, st in donated]
+    if FAILED in map(STATUS_OF, in_storages):
+        e = next(e for e in ins if e.storage.status == FAILED)
+        ctx.fail(written, after_failed_input(f"clients.jit call of {capture.name}", e.ir.id, e.storage.error))
+        return
     pool = ctx.pool
     nbytes = capture.slot_nbytes
     for j in range(len(nbytes)):

@@ -9,6 +9,7 @@ refers to it and nothing pins it (invariant 4).
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 
 from .errors import DroppedTensorError
 from .ir import _STRIDES, TensorIr, contiguous_strides, size_of
@@ -16,6 +17,11 @@ from .ir import _STRIDES, TensorIr, contiguous_strides, size_of
 PENDING = 0  # an op in a stream will write it
 READY = 1  # written, or its writer is enqueued on the in-order queue
 FAILED = 2  # the block that writes it failed; `error` says why
+# (for maps over many entries and storages at once)
+STORAGE_OF = attrgetter("storage")
+BUFFER_OF = attrgetter("buffer")
+STATUS_OF = attrgetter("status")
+NBYTES_OF = attrgetter("nbytes")
 
 
 class Storage:

@@ -35,7 +35,18 @@ from .fusers.reduce import ReduceFuser, ReducePlan
 from .fusers.scan import ScanFuser, ScanPlan
 from .fusers.search import SearchPlan
 from .fusers.sort import SortPlan
-from .handles import FAILED, PENDING, READY, HandleContainer, Storage, pending_entry, span_of
+from .handles import (
+    FAILED,
+    NBYTES_OF,
+    PENDING,
+    READY,
+    STATUS_OF,
+    STORAGE_OF,
+    HandleContainer,
+    Storage,
+    pending_entry,
+    span_of,
+)
 from .ir import (
     ConcatOp,
     CustomKernelOp,
@@ -830,20 +841,17 @@ class FusionServer:
         if capture.generation != self.generation:
             return False
         entries = self.handles.entries
-        ins = []
-        storages = []
-        for t in input_ids:
-            e = entries.get(t) or self.handles.get(t)
-            ins.append(e)
-            storages.append(e.storage)
-            if e.storage.status == PENDING:
-                self._run_writers([e], f"a clients.jit call of {capture.name} reads it")
-        if len(storages) == 1:
-            if storages[0].nbytes != capture.sizes[0]:
-                return False
-        elif tuple([st.nbytes for st in storages]) != capture.sizes:
+        ins = list(map(entries.get, input_ids))
+        if None in ins:
+            ins = list(map(self.handles.get, input_ids))  # (raises for the first one dropped)
+        storages = list(map(STORAGE_OF, ins))
+        if PENDING in map(STATUS_OF, storages):
+            for e in ins:
+                if e.storage.status == PENDING:
+                    self._run_writers([e], f"a clients.jit call of {capture.name} reads it")
+        if tuple(map(NBYTES_OF, storages)) != capture.sizes:
             return False
-        elif len(set(map(id, storages))) < len(storages):  # (inputs that share a storage)
+        elif len(storages) > 1 and len(set(map(id, storages))) < len(storages):  # (inputs sharing a storage)
             if cap.aliasing_of(storages) != capture.aliasing:
                 return False
         elif not capture.distinct:
@@ -851,7 +859,7 @@ class FusionServer:
         self.counters[counter] += 1
         # (only now: an interrupt before the first entry leaves the ops to be registered)
         self.replaying = (queued, out_irs) if queued is not None and out_irs else None
-        cap.replay(self.ctx, capture, ins, scalars, out_irs)
+        cap.replay(self.ctx, capture, ins, storages, scalars, out_irs)
         if self.tapes:  # (another thread traces meanwhile: what this wrote is no constant of its call)
             written = [entries[ir.id].storage for ir in out_irs if ir.id in entries]
             for tape in self.tapes.values():
