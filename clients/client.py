@@ -68,6 +68,15 @@ MAX_PENDING_DROPS = 256  # registering drains dropped ids only past this many
 # it holds this many ops and the lock is free, and waits for the lock past INBOX_MAX.
 INBOX_BATCH = 64
 INBOX_MAX = 4096
+# A thread recording alone (no other thread has a queue) takes the lock once per
+# LONE_BATCH ops instead: fewer, longer runs for the run cache, whose work per batch is
+# partly fixed. The 2,048-op chain with launches (benchmarks.host_cost, Zen 3, PoCL 3.0):
+# 5.31 to 5.44 us per op in batches of 64, 4.66 to 5.12 in 128, 4.17 to 4.30 in 256; Zen 4:
+# 3.64 to 3.72 in 64, 3.12 to 3.16 in 256. Not
+# with other threads: 8 threads recording in batches of 256 made 0.40 to 0.71 of one
+# thread's ops/s, against 0.59 to 1.19 in batches of 64 (benchmarks.recurring, same runs),
+# a longer locked section making the others wait in a convoy.
+LONE_BATCH = 256
 CHANNELS = ("inbox", "lock")  # the first is the default (see docs/architecture.md, "The channel")
 # `call(flushing=...)` for a thread's queue registered as a batch (no flush follows), and
 # for a flush or sync of all its work; any other value is the id of a tensor read.
@@ -100,6 +109,7 @@ class FusionClient:
         # handles they read (kept alive until the op is registered): (sequence number, op,
         # handles). The sequence is one for all threads: it orders ops across queues.
         self.queues: dict[int, deque] = {}
+        self.batch_ops = INBOX_BATCH  # ops a batch registers: LONE_BATCH while one thread records
         self._sequence = itertools.count()
         channel = os.environ.get("FUSION_CHANNEL", "").strip() or CHANNELS[0]
         if channel not in CHANNELS:
@@ -156,6 +166,7 @@ class FusionClient:
                         self._register_queue(sid, queue)
                     if queue is not None and not queue:
                         del self.queues[sid]  # (its id may serve a new thread, which marks itself)
+                        self._size_batches()
                 server.flush_ended_streams()
             finally:
                 server.compile_under_lock = False
@@ -237,22 +248,29 @@ class FusionClient:
 
     def _run_batches(self, stream_id: int) -> None:
         """A batch call (`call`'s BATCH): the thread's queue goes to the run cache
-        INBOX_BATCH ops at a time, each batch starting where the stream's fusers cut
+        `batch_ops` ops at a time, each batch starting where the stream's fusers cut
         blocks by count (the ops up to there are registered first: server.batch_gap), so
         that a loop's batches look alike however long a wait for the lock let the queue
         grow. Fewer ops left than a batch stay queued. A queue the run cache cannot take
         now (or whose stream does not cut by count) is registered whole, as usual."""
         server = self.server
         queue = self.queues[stream_id]
-        while len(queue) >= INBOX_BATCH:
+        batch = self.batch_ops
+        while len(queue) >= batch:
             gap = server.batch_gap(stream_id) if server.takes_runs(stream_id) else None
             if gap is None:
                 self._register_queue(stream_id, queue)
                 return
             if gap:
                 self._register_queue(stream_id, queue, before=queue[gap][0])
-            elif not self._run_queue(stream_id, BATCH, INBOX_BATCH):
-                self._register_queue(stream_id, queue, before=_sequence_after(queue, INBOX_BATCH))
+            elif not self._run_queue(stream_id, BATCH, batch):
+                self._register_queue(stream_id, queue, before=_sequence_after(queue, batch))
+
+    def _size_batches(self) -> None:
+        """Batches of LONE_BATCH ops while one thread has a queue, INBOX_BATCH with more
+        (see LONE_BATCH). Set without the lock as queues come and go: a thread that reads
+        it meanwhile only registers one batch at the other size."""
+        self.batch_ops = LONE_BATCH if len(self.queues) == 1 else INBOX_BATCH
 
     def _run_queue(self, stream_id: int, flushing: int, count: int | None = None) -> bool:
         """Before a flush, or as a batch is registered (`call`'s `flushing`): replay the
@@ -402,7 +420,7 @@ class FusionClient:
         """Queue `op`, whose input handles are `reads`: the hot path of every element-wise
         op, reduction and matmul. On the inbox channel the op joins this thread's queue
         without the lock (the handles ride along, so no input dies before the op is counted
-        as its reader); the thread takes the lock once per INBOX_BATCH ops, and skips it
+        as its reader); the thread takes the lock once per batch (`batch_ops`), and skips it
         while another thread holds it (its next locked section registers them). Every
         locked section of the thread registers its queue first. The lock channel registers
         each op at once, as `register` does."""
@@ -412,10 +430,11 @@ class FusionClient:
         queue = self.queues.get(me)
         if queue is None:  # this thread's first op: its stream is flushed when it ends
             queue = self.queues[me] = deque()
+            self._size_batches()
             self.server.mark_thread(me)
         queue.append((next(self._sequence), op, reads))
         n = len(queue)
-        if n >= INBOX_BATCH and (n >= INBOX_MAX or not self._lock.locked()):
+        if n >= self.batch_ops and (n >= INBOX_MAX or not self._lock.locked()):
             # (A thread that loses the race for the lock waits here, once.)
             self.call(_nothing, flushing=BATCH)
 

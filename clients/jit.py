@@ -33,8 +33,8 @@ import functools
 import inspect
 import threading
 from collections import OrderedDict
-from operator import attrgetter
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 import numpy as np

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import clients
-from clients.client import INBOX_BATCH
+from clients import client as client_module
+from clients.client import INBOX_BATCH, LONE_BATCH
 from fusion_server import runs
 from fusion_server.errors import TensorFailedError
 from fusion_server.ir import Scalar, scalar
@@ -21,6 +22,18 @@ def fresh_cache():
     """An empty run cache (reconfiguring empties it): the counts below start from nothing."""
     with server_settings(run_cache_enabled=True):
         yield
+
+
+@pytest.fixture
+def one_block_batches(client, monkeypatch):
+    """A thread recording alone batches INBOX_BATCH ops, one block of the element-wise
+    fuser (max_ops), as threads do when several record: the tests that use it follow a
+    batch to a block's edge."""
+    monkeypatch.setattr(client_module, "LONE_BATCH", INBOX_BATCH)
+    client._size_batches()
+    yield
+    monkeypatch.undo()
+    client._size_batches()
 
 
 def counts() -> dict:
@@ -553,6 +566,7 @@ def steps(y, n: int):
     return y
 
 
+@pytest.mark.usefixtures("one_block_batches")
 def test_a_recurring_batch_is_replayed_on_the_way_without_a_read():
     host = rand(512)
     x = clients.asarray(host)
@@ -585,6 +599,60 @@ def test_a_recurring_batch_is_replayed_on_the_way_without_a_read():
         assert (d["run_captures"], d["run_replays"], d["kernels_launched"]) == (0, batches, batches)
 
 
+def test_a_thread_recording_alone_replays_batches_of_several_blocks():
+    host = rand(256)
+    x = clients.asarray(host)
+    batches, blocks = 3, LONE_BATCH // INBOX_BATCH
+    n = batches * LONE_BATCH // 2
+    want = steps(host, n)
+
+    def loop() -> dict:
+        before = counts()
+        with clients.inspect() as rec:
+            y = steps(x, n)
+            clients.flush()
+        np.testing.assert_allclose(y.numpy(), want, rtol=1e-5)
+        return delta(before) | {"explained": rec.explain()}
+
+    loop()
+    with server_settings(run_cache_enabled=True):
+        loop()
+        loop()
+        d = loop()
+        # Every batch is LONE_BATCH ops, one replay of `blocks` kernels.
+        assert (d["run_captures"], d["run_replays"], d["kernels_launched"]) == (0, batches, batches * blocks)
+        assert f"replayed from the run cache: a recurring run of {LONE_BATCH} ops" in d["explained"]
+
+
+def test_batches_are_long_while_one_thread_records_and_short_while_others_do(client):
+    x = clients.asarray(rand(16))
+    y = x + 1  # (this thread's queue: it records alone)
+    assert client.batch_ops == LONE_BATCH
+    recorded, release = threading.Event(), threading.Event()
+    seen = {}
+
+    def other() -> None:
+        z = x * 2
+        seen["during"] = client.batch_ops
+        recorded.set()
+        release.wait()
+        seen["value"] = z.numpy()
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    recorded.wait()
+    w = y * 3  # (two threads hold queues)
+    assert seen["during"] == client.batch_ops == INBOX_BATCH
+    release.set()
+    worker.join()
+    np.testing.assert_allclose(seen["value"], x.numpy() * 2, rtol=1e-6)
+    np.testing.assert_allclose(w.numpy(), (x.numpy() + 1) * 3, rtol=1e-6)
+    v = w + 1  # (the other thread's queue went as it was flushed: alone again)
+    assert client.batch_ops == LONE_BATCH
+    np.testing.assert_allclose(v.numpy(), (x.numpy() + 1) * 3 + 1, rtol=1e-6)
+
+
+@pytest.mark.usefixtures("one_block_batches")
 def test_recurring_batches_after_new_ops_and_before_a_read(baseline):
     host = rand(300)
     x = clients.asarray(host)
@@ -604,6 +672,7 @@ def test_recurring_batches_after_new_ops_and_before_a_read(baseline):
     assert clients.stats()["buffers_live"] == baseline + 1
 
 
+@pytest.mark.usefixtures("one_block_batches")
 def test_a_batch_whose_input_fails_as_the_stream_runs_first_is_not_replayed(client, monkeypatch):
     host = rand(64)
     x = clients.asarray(host)
@@ -657,6 +726,7 @@ def test_a_nan_scalar_recurs_as_a_run():
     assert delta(before)["run_replays"] >= 2
 
 
+@pytest.mark.usefixtures("one_block_batches")
 def test_a_queue_that_grew_while_the_lock_was_held_runs_as_batches(client):
     """A thread that records while another holds the lock registers more than a batch at
     once: it goes to the run cache a batch at a time (the tail stays queued), so a loop
@@ -691,6 +761,7 @@ def test_a_queue_that_grew_while_the_lock_was_held_runs_as_batches(client):
     assert "replayed from the run cache" in rec.explain()
 
 
+@pytest.mark.usefixtures("one_block_batches")
 def test_a_stream_that_holds_part_of_a_block_has_batches_begin_at_its_edge():
     """Batches a few ops off the stream's blocks (an op registered alone before them):
     the ops up to the block's edge are registered first, and the batches begin there, so
@@ -709,6 +780,7 @@ def test_a_stream_that_holds_part_of_a_block_has_batches_begin_at_its_edge():
     assert delta(before)["run_replays"] >= 2
 
 
+@pytest.mark.usefixtures("one_block_batches")
 def test_batches_that_never_recur_are_looked_up_less_often_and_a_loop_is_still_found(client, monkeypatch):
     from fusion_server.server import BATCH_BACKOFF
 
@@ -730,6 +802,7 @@ def test_batches_that_never_recur_are_looked_up_less_often_and_a_loop_is_still_f
     assert delta(before)["run_replays"] > BATCH_BACKOFF
 
 
+@pytest.mark.usefixtures("one_block_batches")
 def test_a_batch_that_does_not_end_with_a_block_is_left_to_the_usual_path():
     """Blocks that close inside a batch (here at the binding limit: every op reads another
     tensor) leave its last ops queued: flushed at the batch's end, they would be a kernel
@@ -756,6 +829,7 @@ def test_a_batch_that_does_not_end_with_a_block_is_left_to_the_usual_path():
     assert len(blocks[0]) > 2 and all(b == blocks[0] for b in blocks)
 
 
+@pytest.mark.usefixtures("one_block_batches")
 def test_reconfiguring_forgets_what_the_cache_knew_of_each_streams_batches(client):
     from fusion_server.server import BATCH_BACKOFF
 
