@@ -223,10 +223,13 @@ class FusionClient:
             with self._lock:
                 self._owner = me
                 try:
-                    if flushing is not None and self.queues.get(me):
-                        if flushing == BATCH:
+                    queue = self.queues.get(me)
+                    if flushing is not None and queue:
+                        if flushing == BATCH or len(queue) >= self.batch_ops:
+                            # (a queue that grew while other threads held the lock goes
+                            # by batches before a read, as it would have gone without them)
                             self._run_batches(me)
-                        else:
+                        if flushing != BATCH:
                             self._run_queue(me, flushing)
                     queue = self.queues.get(me)
                     if queue and flushing != BATCH:  # (a batch call leaves a short tail queued)

@@ -762,6 +762,39 @@ def test_a_queue_that_grew_while_the_lock_was_held_runs_as_batches(client):
 
 
 @pytest.mark.usefixtures("one_block_batches")
+def test_a_read_of_a_queue_that_grew_while_the_lock_was_held_replays_it_by_batches(client):
+    """The read itself finds more than a batch queued: the batches go to the run cache
+    as they would have on the way, not as one run of the whole queue, met only once."""
+    x = clients.asarray(rand(64))
+    held, release = threading.Event(), threading.Event()
+
+    def hold(server) -> None:
+        held.set()
+        assert release.wait(30)
+
+    before = counts()
+    for round_ in range(3):
+        held.clear()
+        release.clear()
+        with clients.inspect() as rec:
+            holder = threading.Thread(target=client.call, args=(hold,))
+            holder.start()
+            assert held.wait(30)
+            try:
+                y = steps(x, INBOX_BATCH)  # (two batches queued: the lock is taken)
+            finally:
+                release.set()
+                holder.join(30)
+            np.testing.assert_allclose(y.numpy(), steps(x.numpy(), INBOX_BATCH), rtol=1e-5)
+        assert [len(k.ops) for k in rec.kernels] == [INBOX_BATCH, INBOX_BATCH]
+        if round_ == 0:  # (the first batch noted, the second, alike, captured)
+            assert delta(before)["run_captures"] == 1
+    # The first batch reads a held tensor, the second a dead one: the first's variant is
+    # captured in the second round, and both are replayed in the third.
+    assert delta(before)["run_replays"] == 3
+
+
+@pytest.mark.usefixtures("one_block_batches")
 def test_a_stream_that_holds_part_of_a_block_has_batches_begin_at_its_edge():
     """Batches a few ops off the stream's blocks (an op registered alone before them):
     the ops up to the block's edge are registered first, and the batches begin there, so
