@@ -21,6 +21,7 @@ with the outputs' entries made first: no op, no fuser, no plan store, one locked
 from __future__ import annotations
 
 import itertools
+import operator
 import weakref
 from collections.abc import Callable
 from operator import not_
@@ -40,8 +41,19 @@ KERNEL, CALL = 0, 1
 
 _MEMORY = cl.MemoryObjectHolder
 _pairs = itertools.chain.from_iterable
-# pyopencl sets several arguments in one call with these (since 2022); plain set_arg else.
-_FAST_ARGS = hasattr(cl.Kernel, "_set_arg_multi") and hasattr(cl.Kernel, "_set_arg_buf_multi")
+
+
+def _set_args_one_by_one(kernel: cl.Kernel, flat: tuple) -> None:
+    for i in range(0, len(flat), 2):
+        kernel.set_arg(flat[i], flat[i + 1])
+
+
+# pyopencl sets several arguments in one call with these, given (number, value, number,
+# value, ...): buffers and other memory objects, and numpy scalars (since 2022).
+if hasattr(cl.Kernel, "_set_arg_multi") and hasattr(cl.Kernel, "_set_arg_buf_multi"):
+    _set_memory_args, _set_scalar_args = cl.Kernel._set_arg_multi, cl.Kernel._set_arg_buf_multi
+else:  # pragma: no cover (pyopencl before 2022)
+    _set_memory_args = _set_scalar_args = _set_args_one_by_one
 
 
 class Tape:
@@ -210,7 +222,14 @@ class Capture:
         # The inputs whose buffers it takes over: for an output, or a value that dies in the call
         self.donated = sorted(tape.taken.union(src[1] for src, *_ in outputs if src[0] == DONATED))
         self.scratch = [j for j in range(len(self.slot_nbytes)) if j not in out_slots]
+        # A replay appends the argument numbers 0, 1, ... to its list of buffers (inputs,
+        # then slots) and to its scalars: each kernel's arguments are then one itemgetter
+        # call away, (number, value, ...) as pyopencl takes them (0.2 us a kernel on PoCL,
+        # against 0.7 for pairing them with zip and chain).
+        self.n_buffers = self.n_inputs + len(self.slot_nbytes)
+        self.n_scalars = len(tape.scalars)
         self.steps = [self._compile(step, arg_types) for step in tape.steps]
+        self.arg_numbers = range(1 + max((len(step[4]) for step in tape.steps if step[0] == KERNEL), default=0))
         self.launches = sum(1 for step in tape.steps if step[-1] is not None)
         self.pinned = tape.pinned
         if self.pinned:
@@ -240,16 +259,20 @@ class Capture:
                 constants.append((i, value))
         # (set once, numpy scalars as bytes: pyopencl's generic path takes 13 to 16 us per
         # scalar on PoCL, and a batch captured for a few replays has 64 of them)
-        if _FAST_ARGS:
-            scalar = [isinstance(value, np.generic) for _, value in constants]
-            clone._set_arg_buf_multi(tuple(_pairs(itertools.compress(constants, scalar))))
-            clone._set_arg_multi(tuple(_pairs(itertools.compress(constants, map(not_, scalar)))))
-        else:
-            for i, value in constants:
-                clone.set_arg(i, value)
-        # (argument numbers and where their values are, apart: a replay pairs them in C)
-        return (KERNEL, clone, grid, local, tuple(i for i, _ in buffers), tuple(b for _, b in buffers),
-                tuple(i for i, _ in scalars), tuple(k for _, k in scalars), record)
+        scalar = [isinstance(value, np.generic) for _, value in constants]
+        _set_scalar_args(clone, tuple(_pairs(itertools.compress(constants, scalar))))
+        _set_memory_args(clone, tuple(_pairs(itertools.compress(constants, map(not_, scalar)))))
+        return (KERNEL, clone, grid, local, _flat_args(buffers, self.n_buffers),
+                _flat_args(scalars, self.n_scalars), record)
+
+
+def _flat_args(args: list[tuple[int, int]], numbers_at: int) -> Callable[[list], tuple] | None:
+    """For (argument number, position of its value) pairs: a getter of (number, value,
+    ...) from a list of values followed by the numbers 0, 1, ... at `numbers_at` (None
+    for no arguments)."""
+    if not args:
+        return None
+    return operator.itemgetter(*_pairs((numbers_at + i, at) for i, at in args))
 
 
 def aliasing_of(storages: list[Storage]) -> tuple[int, ...]:
@@ -335,6 +358,9 @@ def replay(ctx, capture: Capture, ins: list[Entry], in_storages: list[Storage], 
     for j in range(len(nbytes)):
         st = storages.get(j)
         buffers.append(ctx.allocate(st) if st is not None else pool.alloc(nbytes[j]))
+    numbers = capture.arg_numbers
+    buffers.extend(numbers)  # (see Capture.n_buffers)
+    scalars = [*scalars, *numbers] if capture.n_scalars else scalars
     queue = ctx.queue
     recorders = ctx.recorders
     n_inputs = capture.n_inputs
@@ -342,16 +368,11 @@ def replay(ctx, capture: Capture, ins: list[Entry], in_storages: list[Storage], 
     try:
         for step in capture.steps:
             if step[0] == KERNEL:
-                _, kernel, grid, local, buf_args, buf_at, scalar_args, scalar_at, record = step
-                if _FAST_ARGS:  # (argument number, value, ...), paired in C
-                    kernel._set_arg_multi(tuple(_pairs(zip(buf_args, map(buffers.__getitem__, buf_at)))))
-                    if scalar_args:
-                        kernel._set_arg_buf_multi(tuple(_pairs(zip(scalar_args, map(scalars.__getitem__, scalar_at)))))
-                else:
-                    for i, b in zip(buf_args, buf_at):
-                        kernel.set_arg(i, buffers[b])
-                    for i, k in zip(scalar_args, scalar_at):
-                        kernel.set_arg(i, scalars[k])
+                _, kernel, grid, local, memory_args, scalar_args, record = step
+                if memory_args is not None:
+                    _set_memory_args(kernel, memory_args(buffers))
+                if scalar_args is not None:
+                    _set_scalar_args(kernel, scalar_args(scalars))
                 event = cl.enqueue_nd_range_kernel(queue, kernel, grid, local)
             else:
                 _, fn, arg_srcs, kw_srcs, record = step
