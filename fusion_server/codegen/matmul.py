@@ -30,11 +30,20 @@ TK = 8  # depth of a K step (8 ran 1.2x faster than 16 or 32 on an H200: less lo
 LOCAL = 16  # work-items per side of a work-group (the tile side / LOCAL outputs per work-item)
 
 
-# The "rows" strategy (CPUs): the depth of a packed panel of B. Rows per register block
-# and per work-item follow the vector registers (`rows_layout`). On PoCL (AVX-512,
-# 2 cores, 1024^3 float32) this layout ran at 200 to 250 GFLOP/s against 15 to 30 for
-# 8 x 16 outputs per work-item read straight from B.
-KSTEP = 64
+# The "rows" strategy (CPUs), per vector register size in bytes: (rows per register
+# block, register blocks per work-item, depth of a packed panel of B); `rows_layout`.
+# 64 (AVX-512 where the driver compiles 512-bit vectors right; PoCL 3.0, AMD Zen 5, 2
+# cores, 1024^3 float32): 8 rows (19 of 32 registers), 8 blocks, depth 64 ran at 200 to
+# 250 GFLOP/s against 15 to 30 for 8 x 16 outputs per work-item read straight from B.
+# 32 (AVX2, or AVX-512 machines whose driver gets 512-bit vectors wrong: PoCL 3.0 on AMD
+# Zen 4, 2 cores; maximum(a @ w + bias, 0) float32, medians of 12, numpy alongside):
+# 6 rows (15 of AVX2's 16 registers); 8 rows and more spilled (33 ms at 1024^3 against
+# 16). Blocks x depth at 1024^3: 8 x 64 15.3 ms (numpy 11.5), 8 x 128 13.7, 8 x 256 13.7,
+# 16 x 64 14.1, 16 x 128 13.0, 16 x 256 13.9, 24 x 128 13.9; at 2048^3 8 x 64 161 ms,
+# 16 x 128 121, 16 x 256 123 (numpy 89 to 91); at 512^3 3.5, 2.5 and 2.5 ms. Longer
+# panels and more rows per panel read B's slices from memory fewer times.
+ROWS_TUNING = {64: (8, 8, 64), 32: (6, 16, 128)}
+ROWS_NARROW = (6, 8, 64)  # narrower vectors (not measured since the table was made)
 
 
 # Aligned tiles (GPUs): (depth of a K step, double-buffered) to try in order, per output
@@ -179,7 +188,7 @@ def generate(spec: MatmulSpec) -> tuple[str, str]:
     src.append(f"void {name}({sig.declare(parameters(spec))})")
     src.append("{")
     if rows:
-        cols, rows_per_item, _ = rows_layout(spec)
+        cols, rows_per_item = rows_layout(spec)[:2]
         src.append(f"  const IDX col0 = (IDX)get_global_id(0) * {cols}, "
                    f"row0 = (IDX)get_global_id(1) * {rows_per_item};")
         src.append("  const IDX batch = (IDX)get_global_id(2);")
@@ -348,7 +357,7 @@ def _epilogue(spec: MatmulSpec, value: str, indent: str) -> list[str]:
 def _rows_body(spec: MatmulSpec, t: str) -> list[str]:
     """CPU strategy: each work-item owns `rows` x `cols` outputs (`cols`: two vector
     registers of elements; see rows_layout), held in a private array. K is walked in
-    steps of KSTEP: the work-item first copies that slice of B's columns into a private,
+    steps of `kstep`: the work-item first copies that slice of B's columns into a private,
     aligned panel (padding columns past N with zeros), then sweeps its rows `micro` at a
     time, holding micro x 2 vector accumulators in registers while it streams the panel.
     That is what BLAS libraries call packing: rows of B lie a whole row of the matrix
@@ -358,14 +367,14 @@ def _rows_body(spec: MatmulSpec, t: str) -> list[str]:
     Floating-point products are contracted into fma instructions by the compiler
     (FP_CONTRACT ON in the inner loop): on PoCL the fma() built-in on vectors is a
     function call, not an instruction."""
-    cols, rows, micro = rows_layout(spec)
+    cols, rows, micro, kstep = rows_layout(spec)
     width = cols // 2
     vec = t if width == 1 else f"{t}{width}"
     lines = [f"  {t} acc[{rows}][{cols}] __attribute__((aligned(64)));",
-             f"  {t} panel[{KSTEP}][{cols}] __attribute__((aligned(64)));",
+             f"  {t} panel[{kstep}][{cols}] __attribute__((aligned(64)));",
              f"  for (int i = 0; i < {rows}; ++i) for (int j = 0; j < {cols}; ++j) acc[i][j] = ({t})0;",
-             f"  for (IDX k0 = 0; k0 < K; k0 += {KSTEP}) {{",
-             f"    const int kc = (int)min((IDX){KSTEP}, K - k0);",
+             f"  for (IDX k0 = 0; k0 < K; k0 += {kstep}) {{",
+             f"    const int kc = (int)min((IDX){kstep}, K - k0);",
              f"    if (sBn == 1 && col0 + {cols} <= N) {{",
              "      for (int kk = 0; kk < kc; ++kk) {",
              f"        __global const {t}* src = B + offB + (k0 + kk) * sBk + col0;",
@@ -415,10 +424,19 @@ def _transposed_panel(t: str, cols: int) -> list[str]:
     return lines + ["        }", "      }"]
 
 
-def rows_layout(spec: MatmulSpec) -> tuple[int, int, int]:
-    """The "rows" strategy's (output columns, output rows per work-item, rows per register
-    block). A register block holds micro x 2 vector accumulators, plus two vectors of B and
-    one broadcast of A: 8 rows fill 19 of AVX-512's 32 registers, 6 rows 15 of AVX2's 16."""
+class RowsLayout(NamedTuple):
+    """The "rows" strategy's work-item: `cols` output columns (two vector registers),
+    `rows` output rows, `micro` rows per register block, B's panel `kstep` deep."""
+
+    cols: int
+    rows: int
+    micro: int
+    kstep: int
+
+
+def rows_layout(spec: MatmulSpec) -> RowsLayout:
+    """The rows strategy's layout for `spec` (ROWS_TUNING). A register block holds micro x
+    2 vector accumulators, plus two vectors of B and one broadcast of A."""
     width = min(16, max(1, spec.vector_bytes // np.dtype(spec.dtype).itemsize))
-    micro = 8 if spec.vector_bytes >= 64 else 6
-    return 2 * width, 8 * micro, micro
+    micro, blocks, kstep = ROWS_TUNING.get(min(spec.vector_bytes, 64), ROWS_NARROW)
+    return RowsLayout(2 * width, blocks * micro, micro, kstep)
