@@ -190,6 +190,7 @@ def test_aligned_tiles_read_every_layout_and_ragged_edge(mkn, a_t, b_t, packed):
     layout = "mn" if packed else ("m" if a_t else "k") + ("k" if b_t else "n")
     tile = 128 if m * n >= 2048 * 2048 else 64
     assert [r.ops for r in rec.kernels[:-1]] == [[f"pack {p} for matmul"] for p in packed]
+    assert not any(r.name.endswith("_blocks") for r in rec.kernels[:-1])  # (tiles through local memory)
     assert rec.kernels[-1].ops == ["matmul", "add", "maximum"]
     assert rec.kernels[-1].variant.startswith(f"tiled, tile {tile}, aligned {layout}, depth "), rec.kernels[-1].variant
     assert all(r.kind == "matmul" for r in rec.kernels)
@@ -230,6 +231,7 @@ def test_the_rows_kernel_reads_every_layout_and_ragged_edge(mkn, a_t, b_t):
     np.testing.assert_allclose(got, np.maximum(a @ w + bias, 0), rtol=1e-4, atol=1e-4)
     packed = a_t and m * n * k >= ROWS_PACK_MIN
     assert [r.ops for r in rec.kernels[:-1]] == ([["pack A for matmul"]] if packed else [])
+    assert all(r.name.endswith("_blocks") for r in rec.kernels[:-1])  # (the CPU form of the copy)
     assert all(r.kind == "matmul" for r in rec.kernels)
     assert rec.kernels[-1].variant.startswith("rows"), rec.kernels[-1].variant
 

@@ -136,8 +136,8 @@ class MatmulPlan:
             depth=depth,
             double_buffer=double,
         )
-        transpose = ctx.build_or_fail(tg.TransposeSpec(mm.compute, index), "matmul block", out_entries) \
-            if packs else None
+        transpose = ctx.build_or_fail(tg.TransposeSpec(mm.compute, index, blocks=strategy == "rows"),
+                                      "matmul block", out_entries) if packs else None
         if packs and transpose is None:
             return
         built = ctx.build_or_fail(spec, "matmul block", out_entries)  # its scalar variant if the vector build failed
@@ -156,7 +156,7 @@ class MatmulPlan:
                     source = operand_buffers[which]
                     operand_buffers[which] = scratch[-1][0]
                     args = [scratch[-1][0], source, *map(idx, (*layout, rows, cols))]
-                    ctx.launch(transpose.kernel, *tg.grid(rows, cols), args, "matmul",
+                    ctx.launch(transpose.kernel, *tg.grid(transpose.spec, rows, cols), args, "matmul",
                                [f"pack {'AB'[which]} for matmul"], len(args))
             self._launch(ctx, kernel, spec, out_shape, idx, (m, n, k, nbatch), meta, buffers, scalars,
                          [*operand_buffers, *(e.storage.buffer for e in epi_entries[1:])])
