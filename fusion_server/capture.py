@@ -52,7 +52,7 @@ def _set_args_one_by_one(kernel: cl.Kernel, flat: tuple) -> None:
 # value, ...): buffers and other memory objects, and numpy scalars (since 2022).
 if hasattr(cl.Kernel, "_set_arg_multi") and hasattr(cl.Kernel, "_set_arg_buf_multi"):
     _set_memory_args, _set_scalar_args = cl.Kernel._set_arg_multi, cl.Kernel._set_arg_buf_multi
-else:  # pragma: no cover (pyopencl before 2022)
+else:  # (pyopencl before 2022)
     _set_memory_args = _set_scalar_args = _set_args_one_by_one
 
 

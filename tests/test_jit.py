@@ -539,3 +539,23 @@ def test_arguments_that_share_a_storage_otherwise_than_traced_are_traced_again()
         np.testing.assert_allclose(f(*args).numpy(), want[name], rtol=1e-6)
         traced.append(clients.stats()["jit_traces"] - before)
     assert traced == [1, 0, 1, 0, 1]
+
+
+def test_kernel_arguments_set_one_by_one_where_pyopencl_cannot_set_several(client):
+    """The replay's fallback for a pyopencl without `_set_arg_multi`: (number, value, ...)
+    pairs set with set_arg, buffers and numpy scalars alike."""
+    from fusion_server.capture import _set_args_one_by_one
+
+    queue = client.server.runtime.queue
+    program = cl.Program(queue.context, "__kernel void axpy(__global float* y, __global const float* x, float a)"
+                                        " { int i = get_global_id(0); y[i] = a * x[i] + y[i]; }").build()
+    kernel = cl.Kernel(program, "axpy")
+    x, y = rand(64, seed=1), rand(64, seed=2)
+    mf = cl.mem_flags
+    bx = cl.Buffer(queue.context, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)
+    by = cl.Buffer(queue.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=y)
+    _set_args_one_by_one(kernel, (0, by, 1, bx, 2, np.float32(3)))
+    cl.enqueue_nd_range_kernel(queue, kernel, (64,), None)
+    out = np.empty_like(y)
+    cl.enqueue_copy(queue, out, by)
+    np.testing.assert_allclose(out, 3 * x + y, rtol=1e-5)  # (the device may contract it into an fma)
