@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -726,31 +727,37 @@ def test_a_nan_scalar_recurs_as_a_run():
     assert delta(before)["run_replays"] >= 2
 
 
-@pytest.mark.usefixtures("one_block_batches")
-def test_a_queue_that_grew_while_the_lock_was_held_runs_as_batches(client):
-    """A thread that records while another holds the lock registers more than a batch at
-    once: it goes to the run cache a batch at a time (the tail stays queued), so a loop
-    that contention lengthened still replays."""
-    x = clients.asarray(rand(64))
+@contextmanager
+def lock_held_elsewhere(client):
+    """The server lock held by another thread for the duration (what this thread records
+    meanwhile stays queued: it finds the lock taken)."""
     held, release = threading.Event(), threading.Event()
 
     def hold(server) -> None:
         held.set()
         assert release.wait(30)
 
+    holder = threading.Thread(target=client.call, args=(hold,))
+    holder.start()
+    assert held.wait(30)
+    try:
+        yield
+    finally:
+        release.set()
+        holder.join(30)
+
+
+@pytest.mark.usefixtures("one_block_batches")
+def test_a_queue_that_grew_while_the_lock_was_held_runs_as_batches(client):
+    """A thread that records while another holds the lock registers more than a batch at
+    once: it goes to the run cache a batch at a time (the tail stays queued), so a loop
+    that contention lengthened still replays."""
+    x = clients.asarray(rand(64))
     before = counts()
     for round_ in range(3):
-        held.clear()
-        release.clear()
         with clients.inspect() as rec:  # (first: entering it is a locked section)
-            holder = threading.Thread(target=client.call, args=(hold,))
-            holder.start()
-            assert held.wait(30)
-            try:
+            with lock_held_elsewhere(client):
                 y = steps(x, INBOX_BATCH)  # (the queue grows to two batches: the lock is taken)
-            finally:
-                release.set()
-                holder.join(30)
             y = y + 1.0  # (the lock is free: two batches go to the run cache, one op stays)
             assert len(client.queues[threading.get_ident()]) == 1
             np.testing.assert_allclose(y.numpy(), steps(x.numpy(), INBOX_BATCH) + 1, rtol=1e-5)
@@ -766,25 +773,11 @@ def test_a_read_of_a_queue_that_grew_while_the_lock_was_held_replays_it_by_batch
     """The read itself finds more than a batch queued: the batches go to the run cache
     as they would have on the way, not as one run of the whole queue, met only once."""
     x = clients.asarray(rand(64))
-    held, release = threading.Event(), threading.Event()
-
-    def hold(server) -> None:
-        held.set()
-        assert release.wait(30)
-
     before = counts()
     for round_ in range(3):
-        held.clear()
-        release.clear()
         with clients.inspect() as rec:
-            holder = threading.Thread(target=client.call, args=(hold,))
-            holder.start()
-            assert held.wait(30)
-            try:
+            with lock_held_elsewhere(client):
                 y = steps(x, INBOX_BATCH)  # (two batches queued: the lock is taken)
-            finally:
-                release.set()
-                holder.join(30)
             np.testing.assert_allclose(y.numpy(), steps(x.numpy(), INBOX_BATCH), rtol=1e-5)
         assert [len(k.ops) for k in rec.kernels] == [INBOX_BATCH, INBOX_BATCH]
         if round_ == 0:  # (the first batch noted, the second, alike, captured)
