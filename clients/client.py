@@ -70,12 +70,12 @@ INBOX_BATCH = 64
 INBOX_MAX = 4096
 # A thread recording alone (no other thread has a queue) takes the lock once per
 # LONE_BATCH ops instead: fewer, longer runs for the run cache, whose work per batch is
-# partly fixed. The 2,048-op chain with launches (benchmarks.host_cost, Zen 3, PoCL 3.0):
-# 5.31 to 5.44 us per op in batches of 64, 4.66 to 5.12 in 128, 4.17 to 4.30 in 256; Zen 4:
-# 3.64 to 3.72 in 64, 3.12 to 3.16 in 256. Not
-# with other threads: 8 threads recording in batches of 256 made 0.40 to 0.71 of one
-# thread's ops/s, against 0.59 to 1.19 in batches of 64 (benchmarks.recurring, same runs),
-# a longer locked section making the others wait in a convoy.
+# partly fixed. The 2,048-op chain with launches (benchmarks.host_cost, PoCL 3.0): on Zen
+# 3 5.31 to 5.44 us per op in batches of 64, 4.66 to 5.12 in 128, 4.17 to 4.30 in 256; on
+# Zen 4 3.64 to 3.72 in 64, 3.12 to 3.16 in 256. Not with other threads: 8 threads
+# recording in batches of 256 made 0.40 to 0.71 of one thread's ops/s, against 0.59 to
+# 1.19 in batches of 64 (benchmarks.recurring, same runs), a longer locked section making
+# the others wait in a convoy.
 LONE_BATCH = 256
 CHANNELS = ("inbox", "lock")  # the first is the default (see docs/architecture.md, "The channel")
 # `call(flushing=...)` for a thread's queue registered as a batch (no flush follows), and

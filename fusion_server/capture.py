@@ -21,10 +21,9 @@ with the outputs' entries made first: no op, no fuser, no plan store, one locked
 from __future__ import annotations
 
 import itertools
-import operator
 import weakref
 from collections.abc import Callable
-from operator import not_
+from operator import itemgetter, not_
 from typing import Any
 
 import numpy as np
@@ -272,7 +271,7 @@ def _flat_args(args: list[tuple[int, int]], numbers_at: int) -> Callable[[list],
     for no arguments)."""
     if not args:
         return None
-    return operator.itemgetter(*_pairs((numbers_at + i, at) for i, at in args))
+    return itemgetter(*_pairs((numbers_at + i, at) for i, at in args))
 
 
 def aliasing_of(storages: list[Storage]) -> tuple[int, ...]:
