@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import threading
 from contextlib import contextmanager
+from functools import partial
 
 import numpy as np
 import pytest
@@ -567,6 +568,17 @@ def steps(y, n: int):
     return y
 
 
+def flushed_steps(x, n: int, want: np.ndarray) -> dict:
+    """`steps(x, n)` flushed, then read and checked against `want`: the counters' deltas,
+    and under "explained" what `rec.explain()` said of the launches."""
+    before = counts()
+    with clients.inspect() as rec:
+        y = steps(x, n)
+        clients.flush()
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5)
+    return delta(before) | {"explained": rec.explain()}
+
+
 @pytest.mark.usefixtures("one_block_batches")
 def test_a_recurring_batch_is_replayed_on_the_way_without_a_read():
     host = rand(512)
@@ -574,14 +586,7 @@ def test_a_recurring_batch_is_replayed_on_the_way_without_a_read():
     batches = 5
     n = batches * INBOX_BATCH // 2
     want = steps(host, n)
-
-    def loop() -> dict:
-        before = counts()
-        with clients.inspect() as rec:
-            y = steps(x, n)
-            clients.flush()
-        np.testing.assert_allclose(y.numpy(), want, rtol=1e-5)
-        return delta(before) | {"explained": rec.explain()}
+    loop = partial(flushed_steps, x, n, want)
 
     loop()  # (its kernels built: a build during a capture leaves it for the next batch)
     with server_settings(run_cache_enabled=True):  # (an empty cache)
@@ -606,14 +611,7 @@ def test_a_thread_recording_alone_replays_batches_of_several_blocks():
     batches, blocks = 3, LONE_BATCH // INBOX_BATCH
     n = batches * LONE_BATCH // 2
     want = steps(host, n)
-
-    def loop() -> dict:
-        before = counts()
-        with clients.inspect() as rec:
-            y = steps(x, n)
-            clients.flush()
-        np.testing.assert_allclose(y.numpy(), want, rtol=1e-5)
-        return delta(before) | {"explained": rec.explain()}
+    loop = partial(flushed_steps, x, n, want)
 
     loop()
     with server_settings(run_cache_enabled=True):
