@@ -29,7 +29,7 @@ captured again.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import _count_elements
 from collections.abc import Iterable
 from itertools import chain, compress, count, repeat
 from operator import and_, is_not, itemgetter, methodcaller, not_, sub
@@ -66,10 +66,10 @@ _INPUT_CODES = tuple((-1 - k,) for k in range(8192))
 _BASE = next(map(getrefcount, [object()]))
 
 
-def outliving(handles: list, held: Counter | dict) -> list[bool]:
+def outliving(handles: list, held: dict) -> list[bool]:
     """For each handle (or None: dead), whether something beyond `held` (how many
-    references to each, by id, the queue holds) refers to it."""
-    beyond = map(sub, map(getrefcount, handles), map(held.__getitem__, map(id, handles)))
+    references to each, by id, the queue holds; none if absent) refers to it."""
+    beyond = map(sub, map(getrefcount, handles), map(held.get, map(id, handles), repeat(0)))
     return list(map(and_, map(_BASE.__lt__, beyond), map(is_not, handles, repeat(None))))
 
 
@@ -94,7 +94,8 @@ class Run:
         taken over). A handle the queue holds (for an op that reads it) is alive if
         anything else refers to it; the dead outputs go to `dead`, with their handles
         (None for one already gone), which it holds until the server is done with them."""
-        held = Counter(map(id, chain.from_iterable(map(_HANDLES, queue))))
+        held: dict[int, int] = {}  # (a plain dict, counted in C: a Counter's init and misses run Python)
+        _count_elements(held, map(id, chain.from_iterable(map(_HANDLES, queue))))
         outputs = list(map(CALL, map(handle_refs.get, map(_ID, self.outputs), repeat(NoneType))))
         alive = outliving(outputs, held)
         live = tuple(compress(count(), alive))
