@@ -158,7 +158,8 @@ class FusionServer:
         self.info = info
         self.runtime = DeviceRuntime(info)
         if info.kind == "CPU" and not info.is_simulator:
-            self.runtime.programs.options = (f"-D{ex.PLAIN_VECTORS}",)
+            fast_pow = (f"-D{ex.POW_VIA_DOUBLE}",) if info.fp64 else ()
+            self.runtime.programs.options = (f"-D{ex.PLAIN_VECTORS}", *fast_pow)
         self.handles = HandleContainer(self.runtime.pool.free)
         # Ids of dropped tensors, pushed without the lock (Tensor.__del__). Registering does
         # not drain them; running a block, and every other locked call, does first.
