@@ -188,9 +188,9 @@ def generate(spec: MatmulSpec) -> tuple[str, str]:
     src.append(f"void {name}({sig.declare(parameters(spec))})")
     src.append("{")
     if rows:
-        cols, rows_per_item = rows_layout(spec)[:2]
-        src.append(f"  const IDX col0 = (IDX)get_global_id(0) * {cols}, "
-                   f"row0 = (IDX)get_global_id(1) * {rows_per_item};")
+        layout = rows_layout(spec)
+        src.append(f"  const IDX col0 = (IDX)get_global_id(0) * {layout.cols}, "
+                   f"row0 = (IDX)get_global_id(1) * {layout.rows};")
         src.append("  const IDX batch = (IDX)get_global_id(2);")
         src.append("  if (col0 >= N || row0 >= M) return;")
     else:

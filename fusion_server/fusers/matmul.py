@@ -174,8 +174,8 @@ class MatmulPlan:
             args = sig.bind(mg.parameters(spec), size=[idx(m), idx(n), idx(k), idx(nbatch)],
                             meta=[ctx.metadata_buffer(meta)], out=buffers, scalar=scalars, input=inputs)
             if spec.strategy == "rows":
-                cols, rows = mg.rows_layout(spec)[:2]
-                groups = ((n + cols - 1) // cols, (m + rows - 1) // rows, nbatch)
+                layout = mg.rows_layout(spec)
+                groups = ((n + layout.cols - 1) // layout.cols, (m + layout.rows - 1) // layout.rows, nbatch)
                 # One work-item per group: its private panels stay with it (larger groups
                 # made PoCL interleave work-items and their panels).
                 local = (1, 1, 1)
