@@ -390,6 +390,28 @@ def test_a_wait_polls_for_its_spin_then_hands_over_to_a_helper(client, monkeypat
     assert client.spin_seconds == (waits.SPIN_SECONDS if cpu else waits.ACCELERATOR_SPIN_SECONDS)
 
 
+def test_other_threads_poll_then_wait_in_the_driver(monkeypatch):
+    from fusion_server.runtime import waits
+
+    monkeypatch.setattr(waits, "_helper", lambda: pytest.fail("a helper was used off the main thread"))
+    quick, slow, errors = _PolledEvent(polls=50), _PolledEvent(polls=10**9), []
+    waited = []
+    slow.wait = lambda: waited.append(True)  # (the driver's wait: done at once here)
+
+    def waiter() -> None:
+        try:
+            waits.wait(quick, spin_seconds=60.0)  # done within the polling: no driver wait
+            waits.wait(slow, spin_seconds=0.0)
+        except BaseException as exc:  # noqa: BLE001 (reported by the main thread)
+            errors.append(exc)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    thread.join()
+    assert not errors, errors
+    assert quick.looks == 51 and waited == [True]
+
+
 # -- every failure kind frees what it held ----------------------------------------------------
 def _counts():
     settle()

@@ -7,7 +7,7 @@ the server lock (invariant 1); tests add guards to observe the waits.
 A wait on the main thread returns to Python at least every `POLL_SECONDS`, so Ctrl-C
 (or any signal handler) is acted on while a long kernel runs: the driver goes on, the
 value stays pending, and it can be waited for again. Other threads never run signal
-handlers, and wait in the driver.
+handlers: they poll the same way, then wait in the driver.
 """
 
 from __future__ import annotations
@@ -49,39 +49,36 @@ POLL_SECONDS = 0.05  # the longest a main-thread wait stays in the driver withou
 # more with 0.5 ms of polling; Intel's CPU runtime, a 2-core AMD EPYC).
 SPIN_SECONDS = 0.00005
 # Where the device is not the host's CPU, polling takes nothing from the kernel, and a wait
-# handed to the helper costs its wake-up on top: on the H200, polling for up to 2 ms
-# instead of 50 us took a jitted 16-op chain over 2^24 floats from 0.87 to 0.97 of the
-# hand-written kernel's enqueue + finish, and its build + read on 1024 floats from 180 to
-# 128 us (interleaved rounds, NVIDIA's driver 580). A thread polls with the GIL held, as
-# any Python loop does: other threads still run at each switch interval.
-ACCELERATOR_SPIN_SECONDS = 0.002
+# handed over costs the driver's wake-up on top (NVIDIA's blocking wait, about 0.2 ms).
+# On the H200 (driver 580), polling for up to 2 ms instead of 50 us took a jitted 16-op
+# chain over 2^24 floats from 0.87 to 0.97 of the hand-written kernel's enqueue + finish,
+# and its build + read on 1024 floats from 180 to 128 us; polling for as long as a main-
+# thread wait stays in the driver (POLL_SECONDS) instead of 2 ms took maximum(a @ w + bias,
+# 0) at 4096^3 (a 3.2 ms kernel) from 3.56 to 3.35 ms of wall time, 0.84 to 0.90 of
+# cuBLAS's (interleaved rounds). A thread polls with the GIL held, as any Python loop does:
+# other threads still run at each switch interval.
+ACCELERATOR_SPIN_SECONDS = POLL_SECONDS
 _COMPLETE = cl.command_execution_status.COMPLETE
 _main = threading.main_thread()
 
 
 def wait(event: cl.Event | None, spin_seconds: float = SPIN_SECONDS) -> None:
-    """Block until `event` completes (None: nothing to wait for). On the main thread its
-    status is polled for up to `spin_seconds` (SPIN_SECONDS for CPU devices,
-    ACCELERATOR_SPIN_SECONDS for others), then a helper thread waits in the driver."""
+    """Block until `event` completes (None: nothing to wait for). Its status is polled for
+    up to `spin_seconds` (SPIN_SECONDS for CPU devices, ACCELERATOR_SPIN_SECONDS for
+    others); then the main thread hands the wait to a helper thread, others wait in the
+    driver."""
     for guard in guards:
         guard()
     if event is None:
         return
-    if threading.current_thread() is not _main:
+    main = threading.current_thread() is _main
+    if main and not _interrupts_restored:
+        restore_interrupts()
+    if _polled(event, spin_seconds):
+        return
+    if not main:
         event.wait()
         return
-    if not _interrupts_restored:
-        restore_interrupts()
-    start = time.perf_counter()
-    while True:
-        status = event.command_execution_status
-        if status == _COMPLETE:
-            return
-        if status < 0:  # failed on the device: let the driver report it
-            event.wait()
-            return
-        if time.perf_counter() - start > spin_seconds:
-            break
     # A helper thread waits in the driver; this one waits on a lock with a timeout, which
     # signals interrupt and after which their handlers run. (An event callback would do
     # the same, but pyopencl then blocks when the event object is freed, until the
@@ -93,6 +90,21 @@ def wait(event: cl.Event | None, spin_seconds: float = SPIN_SECONDS) -> None:
         pass
     if event.command_execution_status < 0:
         event.wait()  # (raises the driver's error here, in the caller)
+
+
+def _polled(event: cl.Event, spin_seconds: float) -> bool:
+    """Poll `event`'s status for up to `spin_seconds`: whether it completed (a command
+    that failed on the device has its error raised here, by the driver's wait)."""
+    start = time.perf_counter()
+    while True:
+        status = event.command_execution_status
+        if status == _COMPLETE:
+            return True
+        if status < 0:
+            event.wait()
+            return True
+        if time.perf_counter() - start > spin_seconds:
+            return False
 
 
 class _Helper(threading.Thread):
