@@ -192,6 +192,19 @@ def test_integer_pow_with_non_negative_exponents(dtype):
     assert_tensor(clients.pow(clients.asarray(a), clients.asarray(b)), np.power(a, b))
 
 
+@pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: d.name)
+def test_float_pow_with_zero_bases_beside_others_in_a_vector(dtype):
+    # PoCL 3.0 on an AVX-512 Xeon returned wrong lanes from pow on double8 vectors that
+    # held a zero in another lane: every lane of every vector width is checked here.
+    rng = np.random.default_rng(5)
+    a = rng.uniform(0, 1, 4096 + 13).astype(dtype)
+    a[rng.random(a.size) < 0.2] = 0
+    b = rng.uniform(0.5, 3, a.size).astype(dtype)
+    x = clients.asarray(a)
+    assert_tensor(x ** 3.5, a ** dtype.type(3.5))
+    assert_tensor(x ** clients.asarray(b), a ** b)
+
+
 def test_int64_pow_beyond_int32_range():
     a = np.array([3, -3, 2], np.int64)
     b = np.array([30, 31, 62], np.int64)

@@ -255,6 +255,8 @@ def _elementwise(ops, x, y, z, w, dtype: np.dtype, fp64: bool) -> dict[str, Any]
         out["tanh"] = ops.tanh(x)
         out["trig"] = ops.add(ops.sin(x), ops.cos(y))
         out["pow"] = ops.pow(ops.add(ax, 0.5), ops.multiply(y, 0.25))
+        # (zero bases beside others in a vector: PoCL 3.0's pow on double8 got other lanes wrong)
+        out["pow_zero_bases"] = ops.pow(ops.multiply(ax, ops.cast(ops.greater(ax, 2), dtype)), 3.5)
         out["expm1_log1p"] = ops.add(ops.expm1(ops.multiply(x, 0.1)), ops.log1p(ops.abs(y)))
         out["atan2"] = ops.atan2(x, y)
         out["floor"] = ops.floor(z)
