@@ -91,6 +91,7 @@ TARGETS = [
     ("jit: call, fixed CPU us", ("jit", "call_overhead", "fixed_us"), "<=", 15.0),
     ("jit: call, CPU us per kernel", ("jit", "call_overhead", "per_kernel_us"), "<=", 2.0),
     ("jit: driver's enqueue of a tiny kernel, CPU us", ("jit", "call_overhead", "driver_launch_us"), "<=", None),
+    ("jit: the same onto an idle queue, CPU us", ("jit", "call_overhead", "driver_idle_launch_us"), "<=", None),
     ("16-op chain x1024: jit / pyopencl.array (time)", ("jit", "small_chain", "jit_over_pyopencl.array"), "<=", 0.15),
     ("16-op chain x1024: lazy / pyopencl.array (time)", ("jit", "small_chain", "lazy_over_pyopencl.array"), "<=",
      0.3),
