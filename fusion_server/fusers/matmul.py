@@ -175,6 +175,10 @@ class MatmulPlan:
                             meta=[ctx.metadata_buffer(meta)], out=buffers, scalar=scalars, input=inputs)
             if spec.strategy == "rows":
                 layout = mg.rows_layout(spec)
+                # Column strips vary fastest: consecutive work-items share A's rows, which stay in
+                # the core's L2 (rows varying fastest, each work-item's strip of B shared instead:
+                # 13.8 to 15.9 ms of kernel time against 11.0 to 11.3 at 1024^3, PoCL 3.0 on a
+                # 2-core Intel Xeon).
                 groups = ((n + layout.cols - 1) // layout.cols, (m + layout.rows - 1) // layout.rows, nbatch)
                 # One work-item per group: its private panels stay with it (larger groups
                 # made PoCL interleave work-items and their panels).
