@@ -390,6 +390,20 @@ def test_a_wait_polls_for_its_spin_then_hands_over_to_a_helper(client, monkeypat
     assert client.spin_seconds == (waits.SPIN_SECONDS if cpu else waits.ACCELERATOR_SPIN_SECONDS)
 
 
+def test_a_long_poll_lets_other_threads_run_between_looks(monkeypatch):
+    from fusion_server.runtime import waits
+
+    sleeps = []
+    monkeypatch.setattr(waits.time, "sleep", lambda seconds: sleeps.append(seconds))
+    monkeypatch.setattr(waits, "YIELD_AFTER_SECONDS", 0.0)
+    waits.wait(_PolledEvent(polls=50), spin_seconds=60.0)
+    assert sleeps and set(sleeps) == {0}
+    sleeps.clear()
+    monkeypatch.setattr(waits, "YIELD_AFTER_SECONDS", 60.0)
+    waits.wait(_PolledEvent(polls=50), spin_seconds=60.0)  # (all of it within the tight polling)
+    assert not sleeps
+
+
 def test_other_threads_poll_then_wait_in_the_driver(monkeypatch):
     from fusion_server.runtime import waits
 

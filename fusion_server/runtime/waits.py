@@ -58,6 +58,10 @@ SPIN_SECONDS = 0.00005
 # cuBLAS's (interleaved rounds). A thread polls with the GIL held, as any Python loop does:
 # other threads still run at each switch interval.
 ACCELERATOR_SPIN_SECONDS = POLL_SECONDS
+# Past this much polling, each look at the status is preceded by a sleep(0), which lets a
+# thread waiting for the GIL run at once instead of at the next switch interval (5 ms):
+# a long wait on an accelerator does not slow the threads that record meanwhile.
+YIELD_AFTER_SECONDS = 0.002
 _COMPLETE = cl.command_execution_status.COMPLETE
 _main = threading.main_thread()
 
@@ -103,8 +107,11 @@ def _polled(event: cl.Event, spin_seconds: float) -> bool:
         if status < 0:
             event.wait()
             return True
-        if time.perf_counter() - start > spin_seconds:
+        spent = time.perf_counter() - start
+        if spent > spin_seconds:
             return False
+        if spent > YIELD_AFTER_SECONDS:
+            time.sleep(0)
 
 
 class _Helper(threading.Thread):
