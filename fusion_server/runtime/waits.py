@@ -55,8 +55,7 @@ SPIN_SECONDS = 0.00005
 # and its build + read on 1024 floats from 180 to 128 us; polling for as long as a main-
 # thread wait stays in the driver (POLL_SECONDS) instead of 2 ms took maximum(a @ w + bias,
 # 0) at 4096^3 (a 3.2 ms kernel) from 3.56 to 3.35 ms of wall time, 0.84 to 0.90 of
-# cuBLAS's (interleaved rounds). A thread polls with the GIL held, as any Python loop does:
-# other threads still run at each switch interval.
+# cuBLAS's (interleaved rounds).
 ACCELERATOR_SPIN_SECONDS = POLL_SECONDS
 # Past this much polling, each look at the status is preceded by a sleep(0), which lets a
 # thread waiting for the GIL run at once instead of at the next switch interval (5 ms):
