@@ -184,20 +184,27 @@ def prelude(ops, dtypes) -> list[str]:
     return src
 
 
+def _pow_overload(name: str, t: str, n: str, body: str) -> str:
+    """Overload `name` of a two-argument pow for {t}{n} (n "" for scalars), `body` its
+    statements; eight or sixteen lanes go as two halves instead, each its own call
+    (static, so an overload no kernel calls is never compiled)."""
+    v = f"{t}{n}"
+    if n in ("8", "16"):
+        body = f"return ({v})({name}(a.lo, b.lo), {name}(a.hi, b.hi));"
+    return f"static inline __attribute__((overloadable)) {v} {name}({v} a, {v} b) {{{body}}}"
+
+
 def _powf_overload(n: str) -> str:
     """fs_powf for float{n} (n "" for scalars): C99's pow, numpy's float32 power. Eight
     or sixteen lanes go as two halves: no double8 or double16 where the compiler may lack
-    512-bit registers (static, so an overload no kernel calls is never compiled)."""
+    512-bit registers."""
     f, d = f"float{n}", f"double{n}"
-    head = f"static inline __attribute__((overloadable)) {f} fs_powf({f} a, {f} b)"
-    if n in ("8", "16"):
-        return f"{head} {{ return ({f})(fs_powf(a.lo, b.lo), fs_powf(a.hi, b.hi)); }}"
-    return f"""{head} {{
+    return _pow_overload("fs_powf", "float", n, f"""
   {f} r = convert_{f}(exp2(convert_{d}(b) * log2(convert_{d}(fabs(a)))));
   r = select(r, copysign(r, a), fabs(fmod(b, ({f})2)) == ({f})1);  /* odd integer powers keep a's sign */
   r = select(r, ({f})NAN, (a < ({f})0) & isfinite(a) & (floor(b) != b));  /* a negative base, a fractional power */
   return select(r, ({f})1, (b == ({f})0) | (a == ({f})1) | ((fabs(a) == ({f})1) & isinf(b)));
-}}"""
+""")
 
 
 # float64 pow on eight or sixteen lanes goes as halves of four: PoCL 3.0 (LLVM 14) on an
@@ -205,11 +212,7 @@ def _powf_overload(n: str) -> str:
 # vector was zero (4224 of 65536 values in (0, 1) with a fifth of them zero, all in lanes
 # 0 to 3; double4 and scalar pow right on the same values).
 _POW64 = "\n".join(["#pragma OPENCL EXTENSION cl_khr_fp64 : enable",
-                     *(f"static inline __attribute__((overloadable)) double{n} fs_pow(double{n} a, double{n} b) "
-                       f"{{ return {body}; }}"
-                       for n, body in (("", "pow(a, b)"), ("2", "pow(a, b)"), ("4", "pow(a, b)"),
-                                       ("8", "(double8)(fs_pow(a.lo, b.lo), fs_pow(a.hi, b.hi))"),
-                                       ("16", "(double16)(fs_pow(a.lo, b.lo), fs_pow(a.hi, b.hi))")))])
+                     *(_pow_overload("fs_pow", "double", n, " return pow(a, b); ") for n in ("", "2", "4", "8", "16"))])
 
 
 _POWF = "\n".join([f"#ifdef {POW_VIA_DOUBLE}", "#pragma OPENCL EXTENSION cl_khr_fp64 : enable",
