@@ -190,7 +190,7 @@ def _pow_overload(name: str, t: str, n: str, body: str) -> str:
     (static, so an overload no kernel calls is never compiled)."""
     v = f"{t}{n}"
     if n in ("8", "16"):
-        body = f"return ({v})({name}(a.lo, b.lo), {name}(a.hi, b.hi));"
+        body = f" return ({v})({name}(a.lo, b.lo), {name}(a.hi, b.hi)); "
     return f"static inline __attribute__((overloadable)) {v} {name}({v} a, {v} b) {{{body}}}"
 
 
