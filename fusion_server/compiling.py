@@ -11,6 +11,7 @@ from __future__ import annotations
 from .codegen import elementwise as cg
 from .codegen import gather as gg
 from .codegen import matmul as mg
+from .codegen import panels as pg
 from .codegen import reduce as rg
 from .codegen import scan as scn
 from .codegen import search as sc
@@ -27,7 +28,8 @@ BUILD_OPTIONS = ("-cl-fp32-correctly-rounded-divide-sqrt",)
 def _generator(spec):
     """The codegen module that turns `spec` into source."""
     for module, kind in ((rg, rg.ReduceSpec), (mg, mg.MatmulSpec), (sg, sg.SortSpec), (gg, gg.MoveSpec),
-                         (sc, sc.SearchSpec), (scn, scn.ScanSpec), (stg, stg.StencilSpec), (tg, tg.TransposeSpec)):
+                         (sc, sc.SearchSpec), (scn, scn.ScanSpec), (stg, stg.StencilSpec), (tg, tg.TransposeSpec),
+                         (pg, pg.PanelSpec)):
         if isinstance(spec, kind):
             return module
     return cg

@@ -77,7 +77,7 @@ def variant_of(spec) -> str:
         return f"staged, tile {ty} x {tx}, halo {hy} x {hx}"
     if isinstance(spec, mg.MatmulSpec):
         if spec.strategy == "rows":
-            return f"rows, {spec.vector_bytes}-byte vectors"
+            return f"rows, {spec.vector_bytes}-byte vectors{', B in panels' if spec.b_panels else ''}"
         if spec.operands:
             buffered = ", double-buffered" if spec.double_buffer else ""
             return f"tiled, tile {spec.tile}, aligned {spec.operands}, depth {spec.depth}{buffered}"

@@ -120,15 +120,21 @@ def test_both_matmul_strategies_agree_with_numpy(strategy, mkn):
             got_t = (x[:5].T @ tw[:5]).numpy()
     np.testing.assert_allclose(got, np.maximum(a @ w + bias, 0), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got_t, a[:5].T @ w[:5], rtol=1e-4, atol=1e-4)
-    assert [r.kind for r in rec.kernels] == ["matmul", "matmul"]
-    assert all(r.variant.startswith(strategy) for r in rec.kernels), [r.variant for r in rec.kernels]
+    from fusion_server.fusers.matmul import ROWS_PACK_MIN
+
+    products = [r for r in rec.kernels if "matmul" in r.ops]
+    assert len(products) == 2 and all(r.kind == "matmul" for r in rec.kernels)
+    # (the large product's B copied into panels first on the CPU kernel)
+    panels = strategy == "rows" and m * n * k >= ROWS_PACK_MIN
+    assert [r.ops for r in rec.kernels if r not in products] == ([["pack B in panels for matmul"]] if panels else [])
+    assert all(r.variant.startswith(strategy) for r in products), [r.variant for r in products]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
 @pytest.mark.parametrize("width", [1, 2, 4, 8, 16])
 def test_row_kernel_at_every_cpu_vector_width(dtype, width):
-    """The CPU kernel's layout follows the vector registers (64-byte ones: 8-row register
-    blocks; narrower: 6-row blocks; width 1 is the scalar fallback); every layout covers
+    """The CPU kernel's layout follows the vector registers (64-byte ones: 6-row register
+    blocks of 4 vectors; narrower: 6-row blocks of 2; width 1 is the scalar fallback); every layout covers
     ragged edges, batches and strided operands."""
     from fusion_server.runtime.widths import VectorWidths
     from tests.conftest import server_settings
@@ -219,8 +225,9 @@ def test_a_packed_matmul_replays_in_a_jitted_function_and_frees_its_copies(basel
 def test_the_rows_kernel_reads_every_layout_and_ragged_edge(mkn, a_t, b_t):
     """The CPU kernel (forced on any device): B row-major and transposed (whose panel is
     copied down its columns), depths over several K steps and a partial last one, column
-    blocks that are whole and one cut by N, the epilogue fused; a transposed A of a large
-    enough product copied row-major first."""
+    blocks that are whole and one cut by N, the epilogue fused; in a large enough product,
+    a transposed A copied row-major first and B copied into panels (the last one cut by N
+    and padded)."""
     from fusion_server.fusers.matmul import ROWS_PACK_MIN
     from tests.conftest import server_settings
 
@@ -229,11 +236,35 @@ def test_the_rows_kernel_reads_every_layout_and_ragged_edge(mkn, a_t, b_t):
     with server_settings(matmul_strategy="rows"), clients.inspect() as rec:
         got = clients.maximum(_operand(a, a_t) @ _operand(w, b_t) + clients.asarray(bias), 0.0).numpy()
     np.testing.assert_allclose(got, np.maximum(a @ w + bias, 0), rtol=1e-4, atol=1e-4)
-    packed = a_t and m * n * k >= ROWS_PACK_MIN
-    assert [r.ops for r in rec.kernels[:-1]] == ([["pack A for matmul"]] if packed else [])
-    assert all(r.name.endswith("_blocks") for r in rec.kernels[:-1])  # (the CPU form of the copy)
+    large = m * n * k >= ROWS_PACK_MIN
+    packs = (["pack A for matmul"] if a_t and large else []) + (["pack B in panels for matmul"] if large else [])
+    assert [r.ops for r in rec.kernels[:-1]] == [[p] for p in packs]
+    # (the CPU forms of the copies)
+    assert all(r.name.endswith("_blocks") or r.name.startswith("panels_") for r in rec.kernels[:-1])
     assert all(r.kind == "matmul" for r in rec.kernels)
     assert rec.kernels[-1].variant.startswith("rows"), rec.kernels[-1].variant
+    assert rec.kernels[-1].variant.endswith(", B in panels") == large
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_b_panels_from_a_strided_b_and_at_every_vector_width(dtype):
+    """B read through strides that are neither of its dimensions contiguous (every other
+    row and column of a larger matrix) copied into panels, and the panels' width at each
+    of the CPU kernel's vector sizes; integers exactly."""
+    from fusion_server.runtime.widths import VectorWidths
+    from tests.conftest import server_settings
+
+    m, k, n = 300, 90, 150
+    rng = np.random.default_rng(31)
+    a = rng.integers(-9, 9, (m, k)).astype(dtype)
+    big = rng.integers(-9, 9, (2 * k, 2 * n + 1)).astype(dtype)
+    w = big[::2, 1::2]
+    want = a @ w
+    for width in (1, 4, 8, 16):
+        with server_settings(matmul_strategy="rows", widths=VectorWidths.uniform(width)), clients.inspect() as rec:
+            got = (clients.asarray(a) @ clients.asarray(big)[::2, 1::2]).numpy()
+        np.testing.assert_array_equal(got, want)
+        assert [r.ops for r in rec.kernels] == [["pack B in panels for matmul"], ["matmul"]], width
 
 
 def test_aligned_tiles_batched_and_integer():

@@ -31,19 +31,30 @@ LOCAL = 16  # work-items per side of a work-group (the tile side / LOCAL outputs
 
 
 # The "rows" strategy (CPUs), per vector register size in bytes: (rows per register
-# block, register blocks per work-item, depth of a packed panel of B); `rows_layout`.
-# 64 (AVX-512 where the driver compiles 512-bit vectors right; PoCL 3.0, AMD Zen 5, 2
-# cores, 1024^3 float32): 8 rows (19 of 32 registers), 8 blocks, depth 64 ran at 200 to
-# 250 GFLOP/s against 15 to 30 for 8 x 16 outputs per work-item read straight from B.
+# block, register blocks per work-item, depth of a step of K, vector registers across the
+# columns); `rows_layout`. Large products read B from panels (codegen/panels.py).
+# 64 (AVX-512 where the driver compiles 512-bit vectors right). PoCL 3.0, AMD Zen 5, 2
+# cores, 1024^3 float32: 8 rows (19 of 32 registers) x 2 vectors, 8 blocks, depth 64 ran
+# at 200 to 250 GFLOP/s against 15 to 30 for 8 x 16 outputs per work-item read straight
+# from B. PoCL 3.0 on a 2-core Intel Xeon (AVX-512), B in panels, kernel time, medians of
+# 7 to 9, one process per line (a probe of this kernel's loops; rows x vectors, rows per
+# work-item, depth 128): at 1152^3 8 x 2, 64 rows 13.2 ms; 8 x 3, 96 rows 12.2; 6 x 4,
+# 48 rows 12.4, 72 rows 12.2, 96 rows 12.2 (numpy 10.6 to 11.0); at 1024^3 8 x 2, 64
+# rows 10.2 ms; 6 x 4, 96 rows 7.3 for 960 of the rows (depth 256: 7.5). In the library
+# at 1024^3: 7.5 to 8.0 ms, and the copy into panels 0.25 to 0.35. 6 x 4 (24
+# accumulators, 4 vectors of B and a broadcast of A: 29 registers) fills whole panels at
+# sizes that are powers of 2, which 3 vectors (48 columns) do not.
 # 32 (AVX2, or AVX-512 machines whose driver gets 512-bit vectors wrong: PoCL 3.0 on AMD
 # Zen 4, 2 cores; maximum(a @ w + bias, 0) float32, medians of 12, numpy alongside):
 # 6 rows (15 of AVX2's 16 registers); 8 rows and more spilled (33 ms at 1024^3 against
 # 16). Blocks x depth at 1024^3: 8 x 64 15.3 ms (numpy 11.5), 8 x 128 13.7, 8 x 256 13.7,
 # 16 x 64 14.1, 16 x 128 13.0, 16 x 256 13.9, 24 x 128 13.9; at 2048^3 8 x 64 161 ms,
 # 16 x 128 121, 16 x 256 123 (numpy 89 to 91); at 512^3 3.5, 2.5 and 2.5 ms. Longer
-# panels and more rows per panel read B's slices from memory fewer times.
-ROWS_TUNING = {64: (8, 8, 64), 32: (6, 16, 128)}
-ROWS_NARROW = (6, 8, 64)  # narrower vectors (not measured since the table was made)
+# steps and more rows per work-item read B's slices from memory fewer times (these
+# before B was read from panels; on the Intel Xeon with 32-byte vectors forced, 6 x 2 at
+# 1024^3: 13.1 ms with B in panels against 14.2 copying it, medians of 14, alternated).
+ROWS_TUNING = {64: (6, 16, 128, 4), 32: (6, 16, 128, 2)}
+ROWS_NARROW = (6, 8, 64, 2)  # narrower vectors (not measured since the table was made)
 
 
 # Aligned tiles (GPUs): (depth of a K step, double-buffered) to try in order, per output
@@ -93,6 +104,7 @@ class MatmulSpec(NamedTuple):
     operands: str = ""  # tiled: "" (element by element) or an ALIGNED_TILES layout ("kn", ...)
     depth: int = TK  # tiled: elements of K per step
     double_buffer: bool = False  # tiled, aligned: the next step's tiles load while this one computes
+    b_panels: bool = False  # rows: B arrives copied into panels of the strip's columns (codegen/panels.py)
 
 
 def aligned_tiles(dtype: np.dtype, tile: int, a: tuple[int, int, int], b: tuple[int, int, int],
@@ -355,55 +367,66 @@ def _epilogue(spec: MatmulSpec, value: str, indent: str) -> list[str]:
 
 
 def _rows_body(spec: MatmulSpec, t: str) -> list[str]:
-    """CPU strategy: each work-item owns `rows` x `cols` outputs (`cols`: two vector
+    """CPU strategy: each work-item owns `rows` x `cols` outputs (`cols`: `vectors` vector
     registers of elements; see rows_layout), held in a private array. K is walked in
-    steps of `kstep`: the work-item first copies that slice of B's columns into a private,
-    aligned panel (padding columns past N with zeros), then sweeps its rows `micro` at a
-    time, holding micro x 2 vector accumulators in registers while it streams the panel.
-    That is what BLAS libraries call packing: rows of B lie a whole row of the matrix
-    apart (4 KiB for a 1024-wide float32 matrix), so reading them directly missed the
-    caches and their prefetchers on every step; the copied panel is read contiguously,
-    once per row. No local memory or barriers, which CPU drivers emulate slowly.
+    steps of `kstep`; in each, the work-item sweeps its rows `micro` at a time, holding
+    micro x vectors accumulators in registers while it streams that step's slice of its
+    strip of B, and one element of each of the micro rows of A, broadcast.
+    B's strip is read from panels (`b_panels`: a copy made first, codegen/panels.py) or,
+    for products too small for the copy to pay, copied by the work-item itself into a
+    private, aligned panel at each step (padding columns past N with zeros). That is what
+    BLAS libraries call packing: rows of B lie a whole row of the matrix apart (4 KiB for
+    a 1024-wide float32 matrix), so reading them directly missed the caches and their
+    prefetchers on every step; a panel is read contiguously. No local memory or barriers,
+    which CPU drivers emulate slowly.
     Floating-point products are contracted into fma instructions by the compiler
     (FP_CONTRACT ON in the inner loop): on PoCL the fma() built-in on vectors is a
     function call, not an instruction."""
-    cols, rows, micro, kstep = rows_layout(spec)
-    width = cols // 2
+    cols, rows, micro, kstep, vectors = rows_layout(spec)
+    width = cols // vectors
     vec = t if width == 1 else f"{t}{width}"
     lines = [f"  {t} acc[{rows}][{cols}] __attribute__((aligned(64)));",
-             f"  {t} panel[{kstep}][{cols}] __attribute__((aligned(64)));",
-             f"  for (int i = 0; i < {rows}; ++i) for (int j = 0; j < {cols}; ++j) acc[i][j] = ({t})0;",
-             f"  for (IDX k0 = 0; k0 < K; k0 += {kstep}) {{",
-             f"    const int kc = (int)min((IDX){kstep}, K - k0);",
-             f"    if (sBn == 1 && col0 + {cols} <= N) {{",
-             "      for (int kk = 0; kk < kc; ++kk) {",
-             f"        __global const {t}* src = B + offB + (k0 + kk) * sBk + col0;",
-             f"        for (int j = 0; j < {cols}; ++j) panel[kk][j] = src[j];",
-             "      }",
-             f"    }} else if (sBk == 1 && col0 + {cols} <= N) {{",
-             *_transposed_panel(t, cols),
-             "    } else {",
-             f"      for (int kk = 0; kk < kc; ++kk) for (int j = 0; j < {cols}; ++j)",
-             f"        panel[kk][j] = col0 + j < N ? B[offB + (k0 + kk) * sBk + (col0 + j) * sBn] : ({t})0;",
-             "    }",
-             f"    for (int rb = 0; rb < {rows} && row0 + rb < M; rb += {micro}) {{"]
+             f"  for (int i = 0; i < {rows}; ++i) for (int j = 0; j < {cols}; ++j) acc[i][j] = ({t})0;"]
+    if spec.b_panels:  # (this strip's panel: K rows of `cols` elements; see codegen/panels.py)
+        lines.append(f"  __global const {t}* strip = B + (IDX)get_global_id(0) * K * {cols};")
+    else:
+        lines.append(f"  {t} panel[{kstep}][{cols}] __attribute__((aligned(64)));")
+    lines += [f"  for (IDX k0 = 0; k0 < K; k0 += {kstep}) {{",
+              f"    const int kc = (int)min((IDX){kstep}, K - k0);"]
+    if spec.b_panels:
+        lines.append(f"    __global const {t}* panel = strip + k0 * {cols};")
+        b_row = f"(__global const {vec}*)&panel[kk * {cols} + {{}}]"
+    else:
+        lines += [f"    if (sBn == 1 && col0 + {cols} <= N) {{",
+                  "      for (int kk = 0; kk < kc; ++kk) {",
+                  f"        __global const {t}* src = B + offB + (k0 + kk) * sBk + col0;",
+                  f"        for (int j = 0; j < {cols}; ++j) panel[kk][j] = src[j];",
+                  "      }",
+                  f"    }} else if (sBk == 1 && col0 + {cols} <= N) {{",
+                  *_transposed_panel(t, cols),
+                  "    } else {",
+                  f"      for (int kk = 0; kk < kc; ++kk) for (int j = 0; j < {cols}; ++j)",
+                  f"        panel[kk][j] = col0 + j < N ? B[offB + (k0 + kk) * sBk + (col0 + j) * sBn] : ({t})0;",
+                  "    }"]
+        b_row = f"({vec}*)&panel[kk][{{}}]"
+    lines.append(f"    for (int rb = 0; rb < {rows} && row0 + rb < M; rb += {micro}) {{")
     for r in range(micro):
         # Rows past M read row M - 1 (in bounds); their results are never written.
         lines.append(f"      __global const {t}* arow{r} = A + offA + min(row0 + rb + {r}, M - 1) * sAm + k0 * sAk;")
-        for w in range(2):
+        for w in range(vectors):
             lines.append(f"      {vec} c{r}_{w} = *({vec}*)&acc[rb + {r}][{w * width}];")
     lines.append("      for (int kk = 0; kk < kc; ++kk) {")
     if dt.is_float(spec.dtype):
         lines.append("        #pragma OPENCL FP_CONTRACT ON")
-    for w in range(2):
-        lines.append(f"        const {vec} b{w} = *({vec}*)&panel[kk][{w * width}];")
+    for w in range(vectors):
+        lines.append(f"        const {vec} b{w} = *{b_row.format(w * width)};")
     for r in range(micro):
         lines.append(f"        const {vec} x{r} = ({vec})(arow{r}[kk * sAk]);")
-        for w in range(2):
+        for w in range(vectors):
             lines.append(f"        c{r}_{w} = x{r} * b{w} + c{r}_{w};")
     lines.append("      }")
     for r in range(micro):
-        for w in range(2):
+        for w in range(vectors):
             lines.append(f"      *({vec}*)&acc[rb + {r}][{w * width}] = c{r}_{w};")
     lines.append("    }")
     lines.append("  }")
@@ -425,18 +448,20 @@ def _transposed_panel(t: str, cols: int) -> list[str]:
 
 
 class RowsLayout(NamedTuple):
-    """The "rows" strategy's work-item: `cols` output columns (two vector registers),
-    `rows` output rows, `micro` rows per register block, B's panel `kstep` deep."""
+    """The "rows" strategy's work-item: `cols` output columns (`vectors` vector
+    registers), `rows` output rows, `micro` rows per register block, steps of K `kstep`
+    deep."""
 
     cols: int
     rows: int
     micro: int
     kstep: int
+    vectors: int
 
 
 def rows_layout(spec: MatmulSpec) -> RowsLayout:
     """The rows strategy's layout for `spec` (ROWS_TUNING). A register block holds micro x
-    2 vector accumulators, plus two vectors of B and one broadcast of A."""
+    vectors accumulators, plus the vectors of B and one broadcast of A."""
     width = min(16, max(1, spec.vector_bytes // np.dtype(spec.dtype).itemsize))
-    micro, blocks, kstep = ROWS_TUNING.get(min(spec.vector_bytes, 64), ROWS_NARROW)
-    return RowsLayout(2 * width, blocks * micro, micro, kstep)
+    micro, blocks, kstep, vectors = ROWS_TUNING.get(min(spec.vector_bytes, 64), ROWS_NARROW)
+    return RowsLayout(vectors * width, blocks * micro, micro, kstep, vectors)

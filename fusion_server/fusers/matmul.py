@@ -7,6 +7,7 @@ import numpy as np
 from ..codegen import elementwise as cg
 from ..codegen import epilogue as ep
 from ..codegen import matmul as mg
+from ..codegen import panels as pg
 from ..codegen import signature as sig
 from ..codegen import transpose as tg
 from ..codegen.layout import broadcast_strides
@@ -106,7 +107,7 @@ class MatmulPlan:
         a_layout, b_layout = (ea.offset, ea.strides[-2], ea.strides[-1]), (eb.offset, eb.strides[-2], eb.strides[-1])
         batch = list(zip(batch_shape, sa, sb))
         biggest = max(size_of(out_shape), ea.storage.nbytes // ea.ir.dtype.itemsize,
-                      eb.storage.nbytes // eb.ir.dtype.itemsize)
+                      eb.storage.nbytes // eb.ir.dtype.itemsize, k * (n + 64))  # (B's panels, padded)
         index = index_type(biggest)
         strategy = ctx.matmul_strategy or ("tiled" if ctx.info.kind == "GPU" else "rows")
         if mm.compute.kind == "c":
@@ -136,6 +137,8 @@ class MatmulPlan:
             depth=depth,
             double_buffer=double,
         )
+        if strategy == "rows":
+            spec = spec._replace(b_panels=b_in_panels(batch, m, n, k, mg.rows_layout(spec)))
         transpose = ctx.build_or_fail(tg.TransposeSpec(mm.compute, index, blocks=strategy == "rows"),
                                       "matmul block", out_entries) if packs else None
         if packs and transpose is None:
@@ -144,6 +147,12 @@ class MatmulPlan:
         if built is None:
             return
         kernel, spec = built.kernel, built.spec
+        panels = None
+        if spec.b_panels:  # (the layout of the kernel built: its scalar variant's where the vector one failed)
+            panels = ctx.build_or_fail(pg.PanelSpec(mm.compute, index, mg.rows_layout(spec).cols),
+                                       "matmul block", out_entries)
+            if panels is None:
+                return
         buffers = [ctx.allocate(e.storage) for e in out_entries]
         operand_buffers = [ea.storage.buffer, eb.storage.buffer]
         scratch = []
@@ -158,6 +167,14 @@ class MatmulPlan:
                     args = [scratch[-1][0], source, *map(idx, (*layout, rows, cols))]
                     ctx.launch(transpose.kernel, *tg.grid(transpose.spec, rows, cols), args, "matmul",
                                [f"pack {'AB'[which]} for matmul"], len(args))
+                if panels is not None:
+                    nbytes = pg.nbytes(panels.spec, k, n)
+                    scratch.append((ctx.pool.alloc(nbytes), nbytes))
+                    off, s_bk, s_bn = b_layout
+                    args = [scratch[-1][0], operand_buffers[1], *map(idx, (off, s_bk, s_bn, k, n))]
+                    operand_buffers[1] = scratch[-1][0]
+                    ctx.launch(panels.kernel, *pg.grid(panels.spec, k, n), args, "matmul",
+                               ["pack B in panels for matmul"], len(args))
             self._launch(ctx, kernel, spec, out_shape, idx, (m, n, k, nbatch), meta, buffers, scalars,
                          [*operand_buffers, *(e.storage.buffer for e in epi_entries[1:])])
         finally:  # (the in-order queue runs the packs and the product before any later use)
@@ -191,9 +208,17 @@ class MatmulPlan:
                        len(args))
 
 
-# The "rows" kernel (CPUs) packs an A it reads across rows, from products of this many
-# multiply-adds (smaller ones, a launch's cost more than the copy saves).
+# The "rows" kernel (CPUs) packs an A it reads across rows, and B into panels, from
+# products of this many multiply-adds (smaller ones, a launch's cost more than the copy
+# saves).
 ROWS_PACK_MIN = 1 << 21
+
+
+def b_in_panels(batch: list, m: int, n: int, k: int, layout: mg.RowsLayout) -> bool:
+    """Whether the rows kernel reads B from panels copied first (codegen/panels.py): for
+    a large product that is not batched, whose work-items share each strip of B (more
+    than one of them down M; a single one copies its strip as fast itself)."""
+    return not batch and m * n * k >= ROWS_PACK_MIN and m > layout.rows
 
 
 def packed_operands(strategy: str, dtype: np.dtype, tile: int, aligned: tuple | None, a_layout: tuple,
