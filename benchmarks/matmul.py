@@ -89,6 +89,15 @@ def _let_blas_threads_sleep() -> None:
     time.sleep(0.5)
 
 
+def _settled(call: Callable[[], Any]) -> Callable[[], None]:
+    """The setup of one of our timed calls on a CPU device: BLAS's threads asleep, then an
+    untimed call, so that the timed one finds the driver's threads awake (run())."""
+    def setup() -> None:
+        _let_blas_threads_sleep()
+        call()
+    return setup
+
+
 def run(n: int | None = None, repeat: int = 10) -> dict:
     """Every variant, checked against numpy; the results."""
     n = n or default_n()
@@ -140,8 +149,10 @@ def run(n: int | None = None, repeat: int = 10) -> dict:
         for recs in records.values():
             recs.clear()
         # Each variant is timed at its best: on a CPU device ours after BLAS threads went to
-        # sleep (they would share the cores), numpy right after an untimed product (its
-        # threads awake: the first product after a pause ran up to 1.7x slower). On a GPU
+        # sleep (they would share the cores: for 70 ms after numpy's product, four of ours
+        # in a row took 17 to 20 ms against 10 alone, a 2-core Intel Xeon), then after an
+        # untimed call as numpy after an untimed product (threads awake: the first product
+        # after a pause ran up to 1.7x slower for numpy, 1.1x for ours). On a GPU
         # no variant pauses (the GPU lowers its clock while idle: a 4096^3 product took
         # 0.24 to 0.3 ms longer after a 0.5 s pause on the H200, ours and cuBLAS's alike),
         # and numpy runs in rounds of its own (its threads spinning after a product slowed
@@ -149,7 +160,7 @@ def run(n: int | None = None, repeat: int = 10) -> dict:
         # own everywhere: a change of mode drops the streams and the run cache, which fused
         # calls would otherwise rebuild every round.
         gpu = dtime.is_gpu(clients.client_for().server.runtime.queue)
-        pause = {} if gpu else {name: _let_blas_threads_sleep for name in variants}
+        pause = {} if gpu else {name: _settled(fn) for name, fn in variants.items()}
         pause["numpy"] = lambda: a @ w
         alone = ("eager", "numpy") if gpu else ("eager",)
         timings = common.time_rounds({name: fn for name, fn in variants.items() if name not in alone}, repeat,
@@ -239,7 +250,7 @@ def layouts(a: np.ndarray, w: np.ndarray, bias: np.ndarray, want: np.ndarray, re
                 return np.maximum(na @ nw + bias, 0)
         _check(f"fused {name}", ours().numpy(), want)
         # As in run(): ours after BLAS threads went to sleep, numpy's right after a product.
-        setup = {} if gpu else {"fused": _let_blas_threads_sleep, "peer": peer}
+        setup = {} if gpu else {"fused": _settled(ours), "peer": peer}
         timings = common.time_rounds({"fused": ours, "peer": peer}, repeat, warmup=1, setup=setup,
                                      apart=("peer",) if gpu else ())
         packs = "".join(f", {k.ops[0]}" for k in kernels[:-1])  # (copies made before the product)
