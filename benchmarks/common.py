@@ -165,6 +165,27 @@ def _nothing() -> None:
     return None
 
 
+def time_blocks(variants: dict[str, Callable[[], Any]], repeat: int, blocks: int = 3,
+                before: Callable[[], Any] | None = None) -> dict[str, Timing]:
+    """Time variants that bring threads of their own onto the same cores (BLAS's, a CPU
+    driver's) in blocks of consecutive calls, each variant's blocks alternated with the
+    others' `blocks` times: every sample is taken in its variant's steady state, not
+    while another's threads still spin on the cores, and slow periods of a shared machine
+    still fall on all variants. `before()` runs before every block (to let the previous
+    variant's threads go to sleep), and each block begins with an untimed call (to wake
+    this one's). Samples pair by position, as `ratio` expects."""
+    out = {name: Timing([]) for name in variants}
+    for b in range(blocks):
+        count = repeat // blocks + (1 if b < repeat % blocks else 0)
+        for name, fn in variants.items():
+            if before is not None:
+                before()
+            fn()
+            for _ in range(count):
+                out[name].samples.append(_timed(fn))
+    return out
+
+
 def ratio(numerator: Timing, denominator: Timing) -> dict:
     """numerator / denominator as a ratio of medians, and the median of per-round ratios
     (samples paired by position, as `time_rounds` produces them)."""

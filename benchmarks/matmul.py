@@ -89,15 +89,6 @@ def _let_blas_threads_sleep() -> None:
     time.sleep(0.5)
 
 
-def _settled(call: Callable[[], Any]) -> Callable[[], None]:
-    """The setup of one of our timed calls on a CPU device: BLAS's threads asleep, then an
-    untimed call, so that the timed one finds the driver's threads awake (run())."""
-    def setup() -> None:
-        _let_blas_threads_sleep()
-        call()
-    return setup
-
-
 def run(n: int | None = None, repeat: int = 10) -> dict:
     """Every variant, checked against numpy; the results."""
     n = n or default_n()
@@ -148,27 +139,30 @@ def run(n: int | None = None, repeat: int = 10) -> dict:
             counts[name] = max(MIN_REPEAT, min(repeat, int(BUDGET_S / max(once, 1e-9))))
         for recs in records.values():
             recs.clear()
-        # Each variant is timed at its best: on a CPU device ours after BLAS threads went to
-        # sleep (they would share the cores: for 70 ms after numpy's product, four of ours
-        # in a row took 17 to 20 ms against 10 alone, a 2-core Intel Xeon), then after an
-        # untimed call as numpy after an untimed product (threads awake: the first product
-        # after a pause ran up to 1.7x slower for numpy, 1.1x for ours). On a GPU
-        # no variant pauses (the GPU lowers its clock while idle: a 4096^3 product took
-        # 0.24 to 0.3 ms longer after a 0.5 s pause on the H200, ours and cuBLAS's alike),
-        # and numpy runs in rounds of its own (its threads spinning after a product slowed
-        # the host side of the next variant's call). Eager mode is timed in rounds of its
-        # own everywhere: a change of mode drops the streams and the run cache, which fused
-        # calls would otherwise rebuild every round.
+        # Each variant is timed at its best. On a CPU device every variant brings threads
+        # of its own onto the same cores, so each is timed in blocks of consecutive calls
+        # (common.time_blocks), after BLAS's threads went to sleep: for 70 ms after
+        # numpy's product, four of ours in a row took 17 to 20 ms against 10 alone, and
+        # ours after a pause ran 1.1x slower than after another call (numpy's product up
+        # to 1.7x; a 2-core Intel Xeon). On a GPU no variant pauses (the GPU lowers its
+        # clock while idle: a 4096^3 product took 0.24 to 0.3 ms longer after a 0.5 s
+        # pause on the H200, ours and cuBLAS's alike), and numpy runs in rounds of its own
+        # (its threads spinning after a product slowed the host side of the next
+        # variant's call). Eager mode is timed on its own everywhere: a change of mode
+        # drops the streams and the run cache, which fused calls would otherwise rebuild.
         gpu = dtime.is_gpu(clients.client_for().server.runtime.queue)
-        pause = {} if gpu else {name: _settled(fn) for name, fn in variants.items()}
-        pause["numpy"] = lambda: a @ w
-        alone = ("eager", "numpy") if gpu else ("eager",)
-        timings = common.time_rounds({name: fn for name, fn in variants.items() if name not in alone}, repeat,
-                                     warmup=0, setup=pause, repeats=counts, apart=("cuBLAS",))
-        for name in alone:
-            clients.set_mode("eager" if name == "eager" else "lazy")
-            timings.update(common.time_rounds({name: variants[name]}, repeat, warmup=1, setup=pause,
-                                              repeats=counts))
+        if gpu:
+            timings = common.time_rounds({name: fn for name, fn in variants.items() if name not in ("eager", "numpy")},
+                                         repeat, warmup=0, repeats=counts, apart=("cuBLAS",))
+            timings.update(common.time_rounds({"numpy": variants["numpy"]}, repeat, warmup=1,
+                                              setup={"numpy": lambda: a @ w}, repeats=counts))
+        else:
+            timings = common.time_blocks({"fused": variants["fused"], "numpy": variants["numpy"]}, repeat,
+                                         before=_let_blas_threads_sleep)
+        clients.set_mode("eager")
+        timings.update(common.time_blocks({"eager": variants["eager"]}, counts["eager"] if gpu else repeat,
+                                          blocks=1, before=None if gpu else _let_blas_threads_sleep))
+        clients.set_mode("lazy")
         timings = {name: timings[name] for name in variants}
         # The kernels and their device times, from calls of their own after the timed ones.
         for name, mode in (("eager", "eager"), ("fused", "lazy")):
@@ -249,10 +243,11 @@ def layouts(a: np.ndarray, w: np.ndarray, bias: np.ndarray, want: np.ndarray, re
             def peer(na=na, nw=nw) -> Any:
                 return np.maximum(na @ nw + bias, 0)
         _check(f"fused {name}", ours().numpy(), want)
-        # As in run(): ours after BLAS threads went to sleep, numpy's right after a product.
-        setup = {} if gpu else {"fused": _settled(ours), "peer": peer}
-        timings = common.time_rounds({"fused": ours, "peer": peer}, repeat, warmup=1, setup=setup,
-                                     apart=("peer",) if gpu else ())
+        # As in run(): on a CPU device in blocks of consecutive calls.
+        if gpu:
+            timings = common.time_rounds({"fused": ours, "peer": peer}, repeat, warmup=1, apart=("peer",))
+        else:
+            timings = common.time_blocks({"fused": ours, "peer": peer}, repeat, before=_let_blas_threads_sleep)
         packs = "".join(f", {k.ops[0]}" for k in kernels[:-1])  # (copies made before the product)
         out[name] = {"variant": kernels[-1].variant + packs if kernels else "", "kernels": len(kernels),
                      "fused_ms": common.ms(timings["fused"].median), "peer_ms": common.ms(timings["peer"].median),
