@@ -4,9 +4,10 @@
 
 On a GPU the one long row takes the tile kernel and then merge passes (one per doubling
 of the sorted runs); rows of 1024 fit one tile where the device's tile holds 1024 pairs.
-On a CPU each work-item radix-sorts a row, or a segment of one (a long row is cut into
-about one segment per core, a power of two of them), and merge passes follow. The kernels per sort are counted with
-`clients.inspect()`.
+On a CPU each work-item sorts a row of 1024 (a bitonic network in 16-lane vectors,
+codegen/lane_sort.py), and the one long row is sorted by buckets (keys counted, moved
+to buckets of about equal counts, each bucket radix-sorted). The kernels per sort are
+counted with `clients.inspect()`.
 
 Variants, measured side by side in interleaved rounds: device (`clients.sort` and a
 wait for the device; the input already lives there) and numpy (`np.sort`, its default

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import clients
-from fusion_server.codegen.sort import MAX_BUCKETS
+from fusion_server.codegen import lane_sort
+from fusion_server.codegen.sort import MAX_BUCKETS, SortSpec
 from fusion_server.fusers import sort as sort_plan
 from fusion_server.fusers.sort import (
     BUCKET_PAIRS,
@@ -20,7 +21,8 @@ from fusion_server.fusers.sort import (
     bucket_layout,
     by_buckets,
 )
-from tests.conftest import exploding_kernel, settle
+from fusion_server.runtime.programs import KernelBuildError
+from tests.conftest import exploding_kernel, failing_builds, settle
 
 FP64 = clients.client_for().fp64
 DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.float32] + (
@@ -383,3 +385,75 @@ def test_bucket_sort_of_skewed_rows(monkeypatch, dtype):
             check(clients.asarray(a), a)
         assert [k.name.split("_")[1] for k in rec.kernels[:4]] == ["histogram", "plan", "scatter", "buckets"]
         check(clients.asarray(a), a, descending=True)
+
+
+def lane_rows(n: int, dtype, seed: int) -> np.ndarray:
+    """Rows of `n` for the lane sort: floats with NaNs, both zeros and infinities among
+    spread values; ints over their whole range with ties and both extremes."""
+    rng = np.random.default_rng(seed)
+    shape = (5, n)
+    if np.dtype(dtype).kind == "f":
+        a = (rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 4, shape)).astype(dtype)
+        for value, share in ((np.nan, 0.08), (0.0, 0.08), (-0.0, 0.08), (-np.inf, 0.03), (np.inf, 0.03)):
+            a[rng.random(shape) < share] = value
+        a[1] = a[1, 0]  # a row all alike (a NaN, a zero or a number)
+        return a
+    info = np.iinfo(dtype)
+    a = rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+    a[:, ::3] = a[:, :1]
+    a[:, 1::7], a[:, 2::7] = info.min, info.max
+    return a
+
+
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("dtype", lane_sort.DTYPES, ids=lambda d: np.dtype(d).name)
+def test_the_lane_sort_of_many_short_rows(monkeypatch, dtype, descending):
+    """CPU devices sort rows of 4-byte values (values only) with one work-item each by a
+    bitonic network in 16-lane vectors (forced where the device is not a CPU): rows of one
+    vector or less, of a vector and a tail, of powers of two up to the widest, each padded
+    and bit-exact against numpy's stable sort, zeros and NaNs in their input order; one
+    kernel each, named for its width, and argsort keeps the radix sort."""
+    monkeypatch.setattr(sort_plan, "first_stage_for", lambda kind: "runs")
+    for n in (1, 2, 5, 15, 16, 17, 31, 32, 33, 100, 257, 1000, 1024, lane_sort.MAX_WIDTH - 3, lane_sort.MAX_WIDTH):
+        a = lane_rows(n, dtype, seed=n)
+        with clients.inspect() as rec:
+            check(clients.asarray(a), a, descending=descending)
+        lanes, radix = rec.kernels
+        assert lanes.name in (lane_sort.kernel_name(np.dtype(dtype), lane_sort.width_for(n)),
+                              f"sort_runs_{np.dtype(dtype).name}_v") and (lanes.fallback or "lanes" in lanes.name)
+        assert radix.name == f"sort_runs_{np.dtype(dtype).name}_i"
+    assert lane_sort.width_for(1) == lane_sort.width_for(16) == 16 and lane_sort.width_for(17) == 32
+    assert sort_plan.by_lanes(np.dtype(np.float32), lane_sort.MAX_WIDTH)
+    assert not sort_plan.by_lanes(np.dtype(np.float32), lane_sort.MAX_WIDTH + 1)
+    assert not sort_plan.by_lanes(np.dtype(np.int64), 100) and not sort_plan.by_lanes(np.dtype(np.uint8), 100)
+
+
+def test_the_lane_sort_of_views_and_offsets(monkeypatch):
+    """Rows read from an offset into their storage (the last row's tail read lane by lane,
+    the others' as whole vectors), a transposed input, and a sort inside a fused chain."""
+    monkeypatch.setattr(sort_plan, "first_stage_for", lambda kind: "runs")
+    a = lane_rows(37, np.float32, seed=3)
+    x = clients.asarray(a)
+    for view, host in ((x[2:], a[2:]), (x[:, 5:], a[:, 5:]), (x.T, a.T)):
+        got = clients.sort(view).numpy()
+        np.testing.assert_array_equal(got.view(np.uint32), np_sort(np.ascontiguousarray(host)).view(np.uint32))
+    got = (clients.sort(clients.abs(x) * 2.0) + 1.0).numpy()
+    np.testing.assert_array_equal(got, np.sort(np.abs(a) * np.float32(2), axis=-1) + np.float32(1))
+
+
+def test_a_lane_sort_that_fails_to_build_runs_the_radix_sort(monkeypatch, client):
+    """A driver whose compiler lacks the lane shuffles: the build fails, the radix sort is
+    built in its place and launched with its own arguments; the values stay right."""
+    monkeypatch.setattr(sort_plan, "first_stage_for", lambda kind: "runs")
+    programs = client.server.runtime.programs
+    spec = SortSpec("sort", "lanes", np.dtype(np.uint32), True, False, 64)
+    monkeypatch.delitem(programs._kernels, spec, raising=False)  # built again in this test
+    monkeypatch.setattr(programs, "fallbacks", dict(programs.fallbacks))
+    a = lane_rows(50, np.uint32, seed=9)
+    with failing_builds(programs, "__builtin_shufflevector", when=lambda key: key == spec,
+                        error=lambda name: KernelBuildError(f"OpenCL build of {name} failed:\nerror: no shuffles")):
+        with clients.inspect() as rec:
+            got = clients.sort(clients.asarray(a), descending=True).numpy()
+    np.testing.assert_array_equal(got, np_sort(a, descending=True))
+    (record,) = rec.kernels
+    assert record.name == "sort_runs_uint32_v" and "no shuffles" in record.fallback
