@@ -10,10 +10,11 @@ import pytest
 
 import clients
 from fusion_server.codegen import lane_sort
-from fusion_server.codegen.sort import MAX_BUCKETS, SortSpec
+from fusion_server.codegen.sort import MAX_BUCKETS, SortSpec, scalar_variant
 from fusion_server.fusers import sort as sort_plan
 from fusion_server.fusers.sort import (
     BUCKET_PAIRS,
+    LANE_BUCKET,
     MAX_CHUNKS,
     RUN_SPLIT_MIN,
     TILE_ITEMS,
@@ -130,7 +131,12 @@ def test_how_a_cpu_cuts_rows():
     assert bucket_layout(1 << 20, 4, 16) == (1 << 17, 64)  # 4 rows share 16 cores
     assert bucket_layout(1 << 16, 1, 16) == (1 << 12, 64)  # four buckets per core at least
     assert bucket_layout(1 << 24, 1, 64) == ((1 << 24) // MAX_CHUNKS, MAX_BUCKETS)  # at most these
-    assert bucket_layout(RUN_SPLIT_MIN + 1, 1, 64) == (RUN_SPLIT_MIN // 2 + 1, MAX_BUCKETS)  # no tiny chunks
+    assert bucket_layout(RUN_SPLIT_MIN + 1, 1, 64) == (RUN_SPLIT_MIN // 2 + 1, 4 * 64)  # no tiny chunks
+    # Buckets sorted in vector lanes aim below 4096 keys: 2^20 floats in 293 of them.
+    assert bucket_layout(1 << 20, 1, 2, LANE_BUCKET) == (1 << 18, 293)
+    assert sort_plan.buckets_in_lanes(np.dtype(np.float32), MAX_BUCKETS * LANE_BUCKET)
+    assert not sort_plan.buckets_in_lanes(np.dtype(np.float32), MAX_BUCKETS * LANE_BUCKET + 1)
+    assert not sort_plan.buckets_in_lanes(np.dtype(np.float64), 1 << 16)
 
 
 def test_axis_arguments_including_negative():
@@ -457,3 +463,7 @@ def test_a_lane_sort_that_fails_to_build_runs_the_radix_sort(monkeypatch, client
     np.testing.assert_array_equal(got, np_sort(a, descending=True))
     (record,) = rec.kernels
     assert record.name == "sort_runs_uint32_v" and "no shuffles" in record.fallback
+    # Buckets sorted in lanes fall back to radix-sorted buckets the same way.
+    lanes_buckets = spec._replace(stage="buckets", width=sort_plan.LANE_BUCKET_WIDTH)
+    assert scalar_variant(lanes_buckets) == spec._replace(stage="buckets", width=0)
+    assert scalar_variant(spec._replace(stage="scatter", width=0)) is None

@@ -114,13 +114,76 @@ def supports(dtype: np.dtype, n: int) -> bool:
     return dtype in DTYPES and 0 < n <= MAX_WIDTH
 
 
+def network(dtype: np.dtype, group: int) -> str:
+    """OpenCL C of the network's functions for values of `dtype` (T, defined before): `put`
+    (a vector of values to a row), `sort_lanes` (a vector's lanes) and `merge_vectors`
+    (the merges of vectors already sorted in their lanes, the last one writing values; the
+    vectors a power of two, at least `group`)."""
+    ind = "\n      "
+    values = {i: _FROM_KEYS[dtype].format(k=f"(g{i} ^ invert)") for i in range(group)}
+    return f"""
+typedef {dt.CL_NAME[dtype]}16 T16;
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) < (b) ? (b) : (a))
+
+/* Values v to vector vi of a row of n: the lanes within it. */
+void put(const T16 v, const int vi, const int n, __global T *dst)
+{{
+  if ((vi + 1) * 16 <= n) {{
+    vstore16(v, vi, dst);
+  }} else if (vi * 16 < n) {{
+    T lane[16];
+    vstore16(v, 0, lane);
+    for (int l = 0; vi * 16 + l < n; ++l) dst[vi * 16 + l] = lane[l];
+  }}
+}}
+
+/* x's lanes sorted: ascending, or descending where d is all ones. */
+uint16 sort_lanes(uint16 x, const uint16 d)
+{{
+  {(chr(10) + '  ').join(_sort_lanes())}
+  return x;
+}}
+
+/* Bitonic merges of runs of k keys, k = 32 .. 16 * vectors, over v (each vector sorted,
+   ascending in even vectors and descending in odd); the last writes the first n values
+   of the keys (inverted back by `invert`) to dst. */
+void merge_vectors(uint16 *v, const int vectors, const uint16 invert, const int n, __global T *dst)
+{{
+  const uint16 ones = (uint16){_ONES};
+  for (int k = {2 * LANES}; k <= vectors * 16; k <<= 1) {{
+    for (int far = k / {2 * LANES}; far >= {group}; far >>= 1) {{
+      for (int vi = 0; vi < vectors; ++vi) {{
+        if (vi & far) continue;
+        const uint16 a = v[vi], b = v[vi + far];
+        const uint16 lo = MIN(a, b), hi = MAX(a, b);
+        const int up = ((vi * 16) & k) == 0;
+        v[vi] = up ? lo : hi;
+        v[vi + far] = up ? hi : lo;
+      }}
+    }}
+    for (int v0 = 0; v0 < vectors; v0 += {group}) {{
+      {ind.join(f"uint16 g{i} = v[v0 + {i}];" for i in range(group))}
+      {ind.join(f"const uint16 d{i} = ((v0 + {i}) * 16 & k) ? ones : ~ones;" for i in range(group))}
+      {ind.join(_group_steps(group))}
+      if (k < vectors * 16) {{
+        {(ind + '  ').join(f"v[v0 + {i}] = g{i};" for i in range(group))}
+      }} else if ((v0 + {group}) * 16 <= n) {{
+        {(ind + '  ').join(f"vstore16({values[i]}, v0 + {i}, dst);" for i in range(group))}
+      }} else {{
+        {(ind + '  ').join(f"put({values[i]}, v0 + {i}, n, dst);" for i in range(group))}
+      }}
+    }}
+  }}
+  if (vectors == 1) put({_FROM_KEYS[dtype].format(k='(v[0] ^ invert)')}, 0, n, dst);
+}}
+"""
+
+
 def generate(dtype: np.dtype, width: int, name: str, parameters: str) -> str:
     """The kernel `name(parameters)` sorting rows of `dtype` padded to `width` (parameters:
     in, in_off, rows, n, desc, values; see codegen/sort.py)."""
-    t = dt.CL_NAME[dtype]
     vectors = width // LANES
-    group = min(GROUP, vectors)
-    ind = "\n      "
     if dt.is_float(dtype):  # NaNs last both ways; any zero or NaN makes the last pass run
         special = """
   const int16 nan = isnan(f);
@@ -144,35 +207,15 @@ def generate(dtype: np.dtype, width: int, name: str, parameters: str) -> str:
   }"""
     else:
         special = fix_up = ""
-    # One vector: sorted by its lanes alone (the merges' loop does not run).
-    last_only = f"\n  put({_FROM_KEYS[dtype].format(k='(v[0] ^ invert)')}, 0, n, dst);" if vectors == 1 else ""
-    values = {i: _FROM_KEYS[dtype].format(k=f"(g{i} ^ invert)") for i in range(group)}
     return f"""
-typedef {t} T;
-typedef {t}16 T16;
-#define VECTORS {vectors}
-#define MIN(a, b) ((a) < (b) ? (a) : (b))
-#define MAX(a, b) ((a) < (b) ? (b) : (a))
-
-/* Values v to vector vi of a row of n: the lanes within it. */
-void put(const T16 v, const int vi, const int n, __global T *dst)
-{{
-  if ((vi + 1) * 16 <= n) {{
-    vstore16(v, vi, dst);
-  }} else if (vi * 16 < n) {{
-    T lane[16];
-    vstore16(v, 0, lane);
-    for (int l = 0; vi * 16 + l < n; ++l) dst[vi * 16 + l] = lane[l];
-  }}
-}}
-
+typedef {dt.CL_NAME[dtype]} T;
+{network(dtype, min(GROUP, vectors))}
 /* The keys of f (lanes where `pad` is all ones: after every key), their lanes sorted:
    ascending, or descending where d is all ones. */
 uint16 sorted_keys(const T16 f, const uint16 invert, const uint16 pad, const uint16 d, int16 *special)
 {{{_TO_KEYS[dtype]}
   x = (x ^ invert) | pad;{special}
-  {ind.join(_sort_lanes())}
-  return x;
+  return sort_lanes(x, d);
 }}
 
 __kernel void {name}({parameters})
@@ -183,12 +226,12 @@ __kernel void {name}({parameters})
   __global T *dst = values + row * n;
   const uint16 invert = desc ? (uint16){_ONES} : (uint16){_ZERO}, ones = (uint16){_ONES};
   int16 special = (int16)0;
-  uint16 v[VECTORS];
+  uint16 v[{vectors}];
   /* Each vector's keys, its lanes sorted: ascending in even vectors, descending in odd. */
   const int whole = n / 16;
   for (int vi = 0; vi < whole; ++vi)
     v[vi] = sorted_keys(vload16(vi, src), invert, ~ones, (vi & 1) ? ones : ~ones, &special);
-  for (int vi = whole; vi < VECTORS; ++vi) v[vi] = ones;
+  for (int vi = whole; vi < {vectors}; ++vi) v[vi] = ones;
   const int left = n - whole * 16;
   if (left) {{  /* the last lanes: read as a whole vector where the array goes on after them */
     T16 f;
@@ -202,30 +245,62 @@ __kernel void {name}({parameters})
     const uint16 pad = as_uint16((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15) >= left);
     v[whole] = sorted_keys(f, invert, pad, (whole & 1) ? ones : ~ones, &special);
   }}
-  /* Bitonic merges of runs of k keys; the last writes the values. */
-  for (int k = {2 * LANES}; k <= VECTORS * 16; k <<= 1) {{
-    for (int far = k / {2 * LANES}; far >= {group}; far >>= 1) {{
-      for (int vi = 0; vi < VECTORS; ++vi) {{
-        if (vi & far) continue;
-        const uint16 a = v[vi], b = v[vi + far];
-        const uint16 lo = MIN(a, b), hi = MAX(a, b);
-        const int up = ((vi * 16) & k) == 0;
-        v[vi] = up ? lo : hi;
-        v[vi + far] = up ? hi : lo;
-      }}
+  merge_vectors(v, {vectors}, invert, n, dst);{fix_up}
+}}
+"""
+
+
+def bucket_function(dtype: np.dtype, width: int) -> str:
+    """OpenCL C of `sort_bucket_in_lanes`, for the bucket sort's last stage (codegen/sort.py,
+    T and KEY_MAX defined before): a bucket of `len` packed words (key << 32 | position in
+    the row, keys already inverted for a descending sort, in the row's order) sorted by
+    the network into `dst`, its values made from the keys, zeros and NaNs read from
+    `row_in` in the bucket's order; 0 (nothing done) for a bucket longer than `width`."""
+    if dt.is_float(dtype):
+        special = "\n      special |= (x == zero_key) | (x == ones);"
+        special_tail = ("\n      special |= ((x == zero_key) | (x == ones)) & "
+                        "((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15) < len - vi * 16);")
+        fix_up = """
+  if (any(special)) {  /* numpy keeps each zero's and NaN's bits, in the row's order */
+    int zeros = 0, nans = 0, below = 0;
+    for (int i = 0; i < len; ++i) {
+      const uint k = (uint)(w[i] >> 32);
+      zeros += k == zero_key.s0;
+      nans += k == KEY_MAX;
+      below += k < zero_key.s0;
+    }
+    int z = below, q = len - nans;
+    for (int i = 0; i < len; ++i) {
+      const uint k = (uint)(w[i] >> 32);
+      if (k == zero_key.s0) dst[z++] = row_in[(uint)w[i]];
+      else if (k == KEY_MAX) dst[q++] = row_in[(uint)w[i]];
+    }
+  }"""
+    else:
+        special = special_tail = fix_up = ""
+    return f"""{network(dtype, GROUP)}
+int sort_bucket_in_lanes(__global const ulong *w, const int len, const int desc, __global const T *row_in,
+                         __global T *dst)
+{{
+  if (len > {width}) return 0;
+  const uint16 invert = desc ? (uint16){_ONES} : (uint16){_ZERO}, ones = (uint16){_ONES};
+  const uint16 zero_key = (uint16)0x80000000u ^ invert;
+  int16 special = (int16)0;
+  int vectors = {GROUP};
+  while (vectors * 16 < len) vectors <<= 1;
+  uint16 v[{width // LANES}];
+  for (int vi = 0; vi < vectors; ++vi) {{
+    uint16 x = ones;
+    if ((vi + 1) * 16 <= len) {{
+      x = convert_uint16(vload16(vi, w) >> (ulong16)32);{special}
+    }} else if (vi * 16 < len) {{
+      uint lane[16];
+      for (int l = 0; l < 16; ++l) lane[l] = vi * 16 + l < len ? (uint)(w[vi * 16 + l] >> 32) : KEY_MAX;
+      x = vload16(0, lane);{special_tail}
     }}
-    for (int v0 = 0; v0 < VECTORS; v0 += {group}) {{
-      {ind.join(f"uint16 g{i} = v[v0 + {i}];" for i in range(group))}
-      {ind.join(f"const uint16 d{i} = ((v0 + {i}) * 16 & k) ? ones : ~ones;" for i in range(group))}
-      {ind.join(_group_steps(group))}
-      if (k < VECTORS * 16) {{
-        {(ind + '  ').join(f"v[v0 + {i}] = g{i};" for i in range(group))}
-      }} else if ((v0 + {group}) * 16 <= n) {{
-        {(ind + '  ').join(f"vstore16({values[i]}, v0 + {i}, dst);" for i in range(group))}
-      }} else {{
-        {(ind + '  ').join(f"put({values[i]}, v0 + {i}, n, dst);" for i in range(group))}
-      }}
-    }}
-  }}{last_only}{fix_up}
+    v[vi] = sort_lanes(x, (vi & 1) ? ones : ~ones);
+  }}
+  merge_vectors(v, vectors, invert, len, dst);{fix_up}
+  return 1;
 }}
 """

@@ -31,7 +31,10 @@ position, so the order is total: any sorting network gives the stable result.
   work-item into its final place (`buckets`). It replaced radix-sorted segments (one per
   core) and merge passes, whose last pass runs on one core: one row of 2^20 floats took
   16 ms of kernel time that way on two cores of a Zen 3, 12.5 by buckets (PoCL 3.0); 7
-  and 2.2 to 3 on 16 Xeon cores.
+  and 2.2 to 3 on 16 Xeon cores.  The values of 4-byte ints and floats sort their buckets
+  (about 3584 keys each, so that most pad to 4096) with `codegen/lane_sort.py`'s network
+  instead, a bucket longer than its width by the radix sort (2^20 floats on a 2-core
+  Xeon: the bucket stage 3.4 to 4.8 ms radix-sorted, 3.1 in lanes).
 - Sorted values are written from their keys (`value_of`, in every stage that writes the
   results), not read back from the row; only keys that stand for several values (zeros,
   NaNs) are (2^20 floats: 12.4 ms of the bucket stage reading every value back, 8.1 from
@@ -61,7 +64,7 @@ class SortSpec(NamedTuple):
     dtype: np.dtype
     values: bool  # the final pass writes the sorted values
     indices: bool  # the final pass writes the positions (int64)
-    width: int = 0  # "lanes": the padded row (codegen/lane_sort.py)
+    width: int = 0  # "lanes": the padded row; "buckets": the longest bucket sorted in lanes (codegen/lane_sort.py)
 
 
 _KEYS = {
@@ -109,7 +112,7 @@ SHORT_RUN = 64
 # The bucket sort's bins: the top bits of a key (2^16 bins of 4-byte counts per chunk).
 BIN_BITS = 16
 BINS = 1 << BIN_BITS
-MAX_BUCKETS = 256  # a bucket's number is a byte
+MAX_BUCKETS = 1024  # a bucket's number is a ushort
 
 
 def key_bytes(dtype: np.dtype) -> int:
@@ -118,16 +121,20 @@ def key_bytes(dtype: np.dtype) -> int:
 
 
 def scalar_variant(spec: SortSpec) -> SortSpec | None:
-    """The kernel built when `spec`'s fails: the radix sort for the lane sort (a driver
-    without clang's vector builtins); other stages have no fallback."""
-    return spec._replace(stage="runs", width=0) if spec.stage == "lanes" else None
+    """The kernel built when `spec`'s fails (a driver without clang's vector builtins): the
+    radix sort for the lane sort, the radix-sorted buckets for buckets in lanes; other
+    stages have no fallback."""
+    if spec.stage == "lanes":
+        return spec._replace(stage="runs", width=0)
+    return spec._replace(width=0) if spec.width else None
 
 
 def kernel_name(spec: SortSpec) -> str:
     if spec.stage == "lanes":
         return lane_sort.kernel_name(spec.dtype, spec.width)
     outs = ("v" if spec.values else "") + ("i" if spec.indices else "")
-    return f"sort_{spec.stage}_{spec.dtype.name}_{outs}"
+    lanes = f"_lanes{spec.width}" if spec.width else ""
+    return f"sort_{spec.stage}_{spec.dtype.name}_{outs}{lanes}"
 
 
 def parameters(spec: SortSpec) -> tuple[sig.Param, ...]:
@@ -157,11 +164,11 @@ def parameters(spec: SortSpec) -> tuple[sig.Param, ...]:
     if stage == "plan":
         return (sig.raw("input", "__global const uint *hist"),
                 *(sig.scalar(i32, n) for n in ("rows", "n", "chunks", "buckets")),
-                sig.raw("out", "__global uchar *table"), sig.raw("out", "__global uint *offsets"),
+                sig.raw("out", "__global ushort *table"), sig.raw("out", "__global uint *offsets"),
                 sig.raw("out", "__global uint *bounds"))
     if stage == "scatter":
         return (*source, *(sig.scalar(i32, n) for n in ("rows", "n", "chunk", "desc", "buckets")),
-                sig.raw("input", "__global const uchar *table"), sig.raw("input", "__global const uint *offsets"),
+                sig.raw("input", "__global const ushort *table"), sig.raw("input", "__global const uint *offsets"),
                 *first_copy)
     if stage == "buckets":
         return (*source, *(sig.scalar(i32, n) for n in ("rows", "n", "desc", "buckets")),
@@ -461,7 +468,7 @@ __kernel void NAME(PARAMETERS)
     const long row = get_global_id(0);
     if (row >= rows) return;
     __global const uint *h = hist + row * chunks * BINS;  /* each chunk's keys in bins 0..v */
-    __global uchar *tab = table + row * BINS;
+    __global ushort *tab = table + row * BINS;
     __global uint *bnd = bounds + row * (buckets + 1);
     __global uint *off = offsets + row * chunks * buckets;
     /* Consecutive bins to a bucket until it holds its share of the row, found by a binary
@@ -484,7 +491,7 @@ __kernel void NAME(PARAMETERS)
                 }
             }
         }
-        for (int v = first; v <= last; ++v) tab[v] = (uchar)b;
+        for (int v = first; v <= last; ++v) tab[v] = (ushort)b;
         bnd[b] = at;
         for (int k = 0; k < chunks; ++k) {
             __global const uint *hk = h + k * BINS;
@@ -505,7 +512,7 @@ __kernel void NAME(PARAMETERS)
     int start, end;
     const long row = chunk_of(g, rows, n, chunk, &start, &end);
     if (row < 0) return;
-    __global const uchar *tab = table + row * BINS;
+    __global const ushort *tab = table + row * BINS;
     __global const uint *off = offsets + g * buckets;
     uint at[MAX_BUCKETS];
     for (int b = 0; b < buckets; ++b) at[b] = off[b];
@@ -540,6 +547,9 @@ __kernel void NAME(PARAMETERS)
     if (len == 0) return;
     const long base = row * n + bnd[0];
     __global const T *row_in = in + in_off + row * n;
+#if LANE_WIDTH
+    if (sort_bucket_in_lanes((__global const ulong *)keys_a + base, len, desc, row_in, values + base)) return;
+#endif
     uint count[PASSES][256];
     for (int p = 0; p < PASSES; ++p)
         for (int d = 0; d < 256; ++d) count[p][d] = 0;
@@ -631,8 +641,10 @@ def generate(spec: SortSpec) -> tuple[str, str]:
         f"#define BIN_BITS {BIN_BITS}",
         f"#define BINS {BINS}",
         f"#define MAX_BUCKETS {MAX_BUCKETS}",
+        f"#define LANE_WIDTH {spec.width}",
         f"KEY raw_key(const T v)\n{{{body}\n}}",
         _COMMON.replace("VALUE_BODY", "\n    " + _VALUES[spec.dtype]),
+        lane_sort.bucket_function(spec.dtype, spec.width) if spec.width else "",
         {"tiles": _TILES, "runs": _RUNS, "merge": _MERGE, "histogram": _HISTOGRAM, "plan": _PLAN,
          "scatter": _SCATTER, "buckets": _BUCKETS}[spec.stage].replace("NAME", name).replace(
             "PARAMETERS", sig.declare(parameters(spec))),

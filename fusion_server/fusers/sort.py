@@ -54,6 +54,13 @@ MAX_ROW = 1 << 30  # positions and run bounds are 32-bit ints in the kernels
 # against 12.5 on 2 cores of a Zen 3 (PoCL 3.0), 7 against 2.2 to 3 on 16 Xeon cores
 # (PoCL 5.0).
 RUN_SPLIT_MIN = 1 << 12
+# Buckets sorted by the vector network (values of 4-byte ints and floats) hold about
+# LANE_BUCKET keys: the network's work grows with the padded width (a power of two), so
+# a bucket aims below 4096 by more than a bin of keys usually holds (a bucket overshoots
+# its share by less than one bin); one up to LANE_BUCKET_WIDTH long is sorted so, a
+# longer one (a bin of many equal keys) by the radix sort.
+LANE_BUCKET = 3584
+LANE_BUCKET_WIDTH = 1 << 13
 BUCKET_PAIRS = 1 << 14
 MAX_CHUNKS = 16
 
@@ -80,10 +87,11 @@ def by_buckets(n: int, rows: int, compute_units: int) -> bool:
     return n > RUN_SPLIT_MIN and rows < compute_units
 
 
-def bucket_layout(n: int, rows: int, compute_units: int) -> tuple[int, int]:
-    """CPU devices: (the keys per chunk, the buckets per row) of a bucket sort."""
+def bucket_layout(n: int, rows: int, compute_units: int, pairs: int = BUCKET_PAIRS) -> tuple[int, int]:
+    """CPU devices: (the keys per chunk, the buckets per row) of a bucket sort whose
+    buckets hold about `pairs` keys (or fewer: at least four per core)."""
     chunks = max(1, min(MAX_CHUNKS, _ceil_div(2 * compute_units, rows), _ceil_div(n, RUN_SPLIT_MIN)))
-    buckets = min(sg.MAX_BUCKETS, max(2, _ceil_div(4 * compute_units, rows), _ceil_div(n, BUCKET_PAIRS)))
+    buckets = min(sg.MAX_BUCKETS, max(2, _ceil_div(4 * compute_units, rows), _ceil_div(n, pairs)))
     return _ceil_div(n, chunks), buckets
 
 
@@ -93,6 +101,13 @@ def by_lanes(dtype: np.dtype, n: int) -> bool:
     radix sort: faster for every length measured, 1 to 4096, on PoCL 3.0 on a 2-core
     Intel Xeon (codegen/lane_sort.py)."""
     return lane_sort.supports(dtype, n)
+
+
+def buckets_in_lanes(dtype: np.dtype, n: int) -> bool:
+    """CPU devices: whether the buckets of a bucket sort of rows of `n` (values only) are
+    sorted by the vector bitonic network: 4-byte ints or floats, rows short enough for
+    buckets of about LANE_BUCKET keys."""
+    return dtype in lane_sort.DTYPES and n <= sg.MAX_BUCKETS * LANE_BUCKET
 
 
 def check_rows(entry: Entry) -> None:
@@ -123,17 +138,20 @@ class SortPlan(LonePlan):
             raise FusionError(f"rows of {n} elements are longer than the sort supports ({MAX_ROW})")
         values = op.name == "sort"
         dtype = src.ir.dtype
-        width = 0
+        widths = {}  # the stages that sort in vector lanes: their widths
         if first_stage_for(ctx.info.kind) == "runs":
             by_rows = not (rows and by_buckets(n, rows, ctx.info.compute_units))
             stages = ("runs",) if by_rows else ("histogram", "plan", "scatter", "buckets")
             if by_rows and values and by_lanes(dtype, n):
-                stages, width = ("lanes",), lane_sort.width_for(n)
+                stages, widths = ("lanes",), {"lanes": lane_sort.width_for(n)}
+            elif not by_rows and values and buckets_in_lanes(dtype, n):
+                widths = {"buckets": LANE_BUCKET_WIDTH}
         else:
             stages = ("tiles", "merge")
-        # All built before anything changes (NeedsCompile); the lane sort may come back as
-        # the radix sort (its build's fallback), launched as such.
-        built = [ctx.built_for(sg.SortSpec("sort", stage, dtype, values, not values, width)) for stage in stages]
+        # All built before anything changes (NeedsCompile); a kernel sorting in lanes may
+        # come back as its radix form (its build's fallback), launched as such.
+        built = [ctx.built_for(sg.SortSpec("sort", stage, dtype, values, not values, widths.get(stage, 0)))
+                 for stage in stages]
         specs, kernels = [b.spec for b in built], [b.kernel for b in built]
         for e in outs:
             ctx.allocate(e.storage)
@@ -189,9 +207,10 @@ class SortPlan(LonePlan):
             launches = [(rows, dict(input=[src.storage.buffer], scalar=[*source, *rows_n, desc],
                                     out=[*copies, *results]))]
         else:
-            chunk, buckets = bucket_layout(n, rows, ctx.info.compute_units)
+            pairs = LANE_BUCKET if specs[-1].width else BUCKET_PAIRS
+            chunk, buckets = bucket_layout(n, rows, ctx.info.compute_units, pairs)
             items = rows * _ceil_div(n, chunk)
-            hist, table = scratch(items * sg.BINS * 4), scratch(rows * sg.BINS)
+            hist, table = scratch(items * sg.BINS * 4), scratch(rows * sg.BINS * 2)
             offsets, bounds = scratch(items * buckets * 4), scratch(rows * (buckets + 1) * 4)
             launches = [
                 (items, dict(input=[src.storage.buffer], scalar=[*source, *rows_n, np.int32(chunk), desc],
