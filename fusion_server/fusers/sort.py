@@ -1,10 +1,11 @@
 """The plan that sorts rows on the device (kernels in `codegen/sort.py`).
 
 GPUs sort tiles in local memory (a bitonic network), then merge runs in passes for rows
-longer than a tile. CPU devices sort a row per work-item (the values of rows of 4-byte
-ints or floats up to 4096 long by a bitonic network in vector lanes, others by a radix
-sort), or, for fewer long rows than cores, sort each row by buckets: keys counted, cut into buckets of about equal
-counts, moved to their bucket, and each bucket radix-sorted into place.
+longer than a tile. CPU devices sort a row per work-item, or, for fewer long rows than
+cores, sort each row by buckets: keys counted, cut into buckets of about equal counts,
+moved to their bucket, and each bucket sorted into place by one work-item. A work-item
+sorts the values of 4-byte ints or floats by a bitonic network in vector lanes
+(`codegen/lane_sort.py`), anything else by a radix sort.
 
 No fuser takes a SortOp, so it runs alone, in its place in the stream: the block before
 it is launched first and later ops read its outputs like any tensor. Every launch is
@@ -99,7 +100,7 @@ def by_lanes(dtype: np.dtype, n: int) -> bool:
     """CPU devices: whether rows of `n` values of `dtype` (values only, a work-item per
     row) are sorted by the vector bitonic network (codegen/lane_sort.py) rather than the
     radix sort: faster for every length measured, 1 to 4096, on PoCL 3.0 on a 2-core
-    Intel Xeon (codegen/lane_sort.py)."""
+    Intel Xeon."""
     return lane_sort.supports(dtype, n)
 
 
