@@ -430,12 +430,19 @@ def test_a_size_that_fails_takes_the_next_width_and_a_guess_runs_ahead():
     assert plan.width_of(4) == 8
 
 
-def test_a_usable_pocl_comes_before_a_wider_cpu_runtime_and_an_unusable_one_after_it():
+def test_a_clean_pocl_comes_before_a_wider_cpu_runtime_and_a_faulty_or_unusable_one_after_it():
     pocl = _fake(0, "Portable Computing Language", "pthread-AMD EPYC", "CPU", "3.0-rc2")
     intel = _fake(1, "Intel(R) OpenCL", "AMD EPYC", "CPU", "2026.22.10.0.01_160000")
-    verdicts = {0: _verdict((16, 16, 8, 8)), 1: _verdict((16, 16, 16, 16))}
+    verdicts = {0: _verdict((16, 16, 8, 8)), 1: _verdict((16, 16, 16, 16))}  # (an AVX2 CPU: 8 floats)
     ranked = rank([pocl, intel], lambda d: verdicts[d.index])
     assert [r.info.index for r in ranked] == [0, 1] and "best of 2 CPU drivers" in ranked[0].why
+    # PoCL 3.0 on AMD Zen 4: usable at narrower widths, after a crash at 16 lanes of 4-byte ints
+    crash = Failure("4-byte x 16", "elementwise-int32", "crash", "LLVM ERROR: Cannot emit physreg copy instruction")
+    verdicts[0] = dataclasses.replace(_verdict((16, 16, 8, 4)), failures=[crash])
+    ranked = rank([pocl, intel], lambda d: verdicts[d.index])
+    assert [r.info.index for r in ranked] == [1, 0] and "usable (1 canaries failed)" in ranked[1].why
+    alone = rank([pocl], lambda d: verdicts[d.index])
+    assert [r.info.index for r in alone] == [0]  # the only CPU driver: still the default
     verdicts[0] = _verdict((1, 1, 1, 1), usable=False)  # PoCL's LLVM does not know the CPU
     ranked = rank([pocl, intel], lambda d: verdicts[d.index])
     assert [r.info.index for r in ranked] == [1, 0] and "NOT usable" in ranked[1].why

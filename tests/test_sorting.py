@@ -23,7 +23,8 @@ from fusion_server.fusers.sort import (
     by_buckets,
 )
 from fusion_server.runtime.programs import KernelBuildError
-from tests.conftest import exploding_kernel, failing_builds, settle
+from fusion_server.runtime.widths import VectorWidths
+from tests.conftest import exploding_kernel, failing_builds, server_settings, settle
 
 FP64 = clients.client_for().fp64
 DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.float32] + (
@@ -134,9 +135,9 @@ def test_how_a_cpu_cuts_rows():
     assert bucket_layout(RUN_SPLIT_MIN + 1, 1, 64) == (RUN_SPLIT_MIN // 2 + 1, 4 * 64)  # no tiny chunks
     # Buckets sorted in vector lanes aim below 4096 keys: 2^20 floats in 293 of them.
     assert bucket_layout(1 << 20, 1, 2, LANE_BUCKET) == (1 << 18, 293)
-    assert sort_plan.buckets_in_lanes(np.dtype(np.float32), MAX_BUCKETS * LANE_BUCKET)
-    assert not sort_plan.buckets_in_lanes(np.dtype(np.float32), MAX_BUCKETS * LANE_BUCKET + 1)
-    assert not sort_plan.buckets_in_lanes(np.dtype(np.float64), 1 << 16)
+    assert sort_plan.buckets_in_lanes(np.dtype(np.float32), MAX_BUCKETS * LANE_BUCKET, 16)
+    assert not sort_plan.buckets_in_lanes(np.dtype(np.float32), MAX_BUCKETS * LANE_BUCKET + 1, 16)
+    assert not sort_plan.buckets_in_lanes(np.dtype(np.float64), 1 << 16, 16)
 
 
 def test_axis_arguments_including_negative():
@@ -411,15 +412,30 @@ def lane_rows(n: int, dtype, seed: int) -> np.ndarray:
     return a
 
 
+@pytest.fixture
+def sorts_in_lanes(monkeypatch):
+    """The CPU devices' stages, with 16 lanes of 4-byte values (the lane sort's width):
+    forced on a GPU whose widths are narrower; a CPU driver that did not qualify them
+    sorts by radix instead (test_a_device_not_qualified_at_16_lanes_sorts_by_radix)."""
+    widths = clients.client_for().server.widths
+    if widths.w4 < lane_sort.LANES and INFO.kind == "CPU":
+        pytest.skip(f"{INFO.label} did not qualify 16 lanes of 4-byte values ({widths})")
+    monkeypatch.setattr(sort_plan, "first_stage_for", lambda kind: "runs")
+    if widths.w4 >= lane_sort.LANES:
+        yield
+        return
+    with server_settings(widths=widths._replace(w4=lane_sort.LANES)):
+        yield
+
+
 @pytest.mark.parametrize("descending", [False, True])
 @pytest.mark.parametrize("dtype", lane_sort.DTYPES, ids=lambda d: np.dtype(d).name)
-def test_the_lane_sort_of_many_short_rows(monkeypatch, dtype, descending):
+def test_the_lane_sort_of_many_short_rows(sorts_in_lanes, dtype, descending):
     """CPU devices sort rows of 4-byte values (values only) with one work-item each by a
     bitonic network in 16-lane vectors (forced where the device is not a CPU): rows of one
     vector or less, of a vector and a tail, of powers of two up to the widest, each padded
     and bit-exact against numpy's stable sort, zeros and NaNs in their input order; one
     kernel each, named for its width, and argsort keeps the radix sort."""
-    monkeypatch.setattr(sort_plan, "first_stage_for", lambda kind: "runs")
     for n in (1, 2, 5, 15, 16, 17, 31, 32, 33, 100, 257, 1000, 1024, lane_sort.MAX_WIDTH - 3, lane_sort.MAX_WIDTH):
         a = lane_rows(n, dtype, seed=n)
         with clients.inspect() as rec:
@@ -429,15 +445,33 @@ def test_the_lane_sort_of_many_short_rows(monkeypatch, dtype, descending):
                               f"sort_runs_{np.dtype(dtype).name}_v") and (lanes.fallback or "lanes" in lanes.name)
         assert radix.name == f"sort_runs_{np.dtype(dtype).name}_i"
     assert lane_sort.width_for(1) == lane_sort.width_for(16) == 16 and lane_sort.width_for(17) == 32
-    assert sort_plan.by_lanes(np.dtype(np.float32), lane_sort.MAX_WIDTH)
-    assert not sort_plan.by_lanes(np.dtype(np.float32), lane_sort.MAX_WIDTH + 1)
-    assert not sort_plan.by_lanes(np.dtype(np.int64), 100) and not sort_plan.by_lanes(np.dtype(np.uint8), 100)
+    assert sort_plan.by_lanes(np.dtype(np.float32), lane_sort.MAX_WIDTH, 16)
+    assert not sort_plan.by_lanes(np.dtype(np.float32), lane_sort.MAX_WIDTH + 1, 16)
+    assert not sort_plan.by_lanes(np.dtype(np.int64), 100, 16) and not sort_plan.by_lanes(np.dtype(np.uint8), 100, 16)
+    assert not sort_plan.by_lanes(np.dtype(np.float32), 100, 8)  # 4-byte values not qualified at 16 lanes
 
 
-def test_the_lane_sort_of_views_and_offsets(monkeypatch):
+def test_a_device_not_qualified_at_16_lanes_sorts_by_radix(monkeypatch):
+    """Where 4-byte values did not qualify at 16 lanes (the PoCL that pip brings fails them
+    on AMD Zen 4, and its compiler aborts the process on the lane network), rows and the
+    buckets of one long row are radix-sorted; the values stay right."""
+    monkeypatch.setattr(sort_plan, "first_stage_for", lambda kind: "runs")
+    rows = lane_rows(300, np.float32, seed=4)
+    row = data((1, 3 * RUN_SPLIT_MIN), np.float32, seed=5)
+    widths = clients.client_for().server.widths
+    with server_settings(widths=VectorWidths(min(widths.w1, 8), min(widths.w2, 8), 8, min(widths.w8, 8))):
+        with clients.inspect() as rec:
+            check(clients.asarray(rows), rows)
+            check(clients.asarray(row), row)
+    names = [k.name for k in rec.kernels if k.name.startswith("sort_")]
+    assert names[0] == "sort_runs_float32_v" and "sort_buckets_float32_v" in names
+    assert not any("lanes" in name for name in names)
+    assert not sort_plan.buckets_in_lanes(np.dtype(np.float32), 1 << 16, 8)
+
+
+def test_the_lane_sort_of_views_and_offsets(sorts_in_lanes):
     """Rows read from an offset into their storage (the last row's tail read lane by lane,
     the others' as whole vectors), a transposed input, and a sort inside a fused chain."""
-    monkeypatch.setattr(sort_plan, "first_stage_for", lambda kind: "runs")
     a = lane_rows(37, np.float32, seed=3)
     x = clients.asarray(a)
     for view, host in ((x[2:], a[2:]), (x[:, 5:], a[:, 5:]), (x.T, a.T)):
@@ -447,10 +481,9 @@ def test_the_lane_sort_of_views_and_offsets(monkeypatch):
     np.testing.assert_array_equal(got, np.sort(np.abs(a) * np.float32(2), axis=-1) + np.float32(1))
 
 
-def test_a_lane_sort_that_fails_to_build_runs_the_radix_sort(monkeypatch, client):
+def test_a_lane_sort_that_fails_to_build_runs_the_radix_sort(sorts_in_lanes, monkeypatch, client):
     """A driver whose compiler lacks the lane shuffles: the build fails, the radix sort is
     built in its place and launched with its own arguments; the values stay right."""
-    monkeypatch.setattr(sort_plan, "first_stage_for", lambda kind: "runs")
     programs = client.server.runtime.programs
     spec = SortSpec("sort", "lanes", np.dtype(np.uint32), True, False, 64)
     monkeypatch.delitem(programs._kernels, spec, raising=False)  # built again in this test

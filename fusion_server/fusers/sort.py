@@ -96,19 +96,22 @@ def bucket_layout(n: int, rows: int, compute_units: int, pairs: int = BUCKET_PAI
     return _ceil_div(n, chunks), buckets
 
 
-def by_lanes(dtype: np.dtype, n: int) -> bool:
+def by_lanes(dtype: np.dtype, n: int, lanes: int) -> bool:
     """CPU devices: whether rows of `n` values of `dtype` (values only, a work-item per
     row) are sorted by the vector bitonic network (codegen/lane_sort.py) rather than the
     radix sort: faster for every length measured, 1 to 4096, on PoCL 3.0 on a 2-core
-    Intel Xeon."""
-    return lane_sort.supports(dtype, n)
+    Intel Xeon. Only where the device qualified `lanes` (its width for 4-byte values) at
+    the network's 16: the PoCL that pip brings, on AMD Zen 4, fails 16 lanes of 4-byte
+    ints in qualification and aborts the process compiling the network."""
+    return lanes >= lane_sort.LANES and lane_sort.supports(dtype, n)
 
 
-def buckets_in_lanes(dtype: np.dtype, n: int) -> bool:
+def buckets_in_lanes(dtype: np.dtype, n: int, lanes: int) -> bool:
     """CPU devices: whether the buckets of a bucket sort of rows of `n` (values only) are
     sorted by the vector bitonic network: 4-byte ints or floats, rows short enough for
-    buckets of about LANE_BUCKET keys."""
-    return dtype in lane_sort.DTYPES and n <= sg.MAX_BUCKETS * LANE_BUCKET
+    buckets of about LANE_BUCKET keys, on a device qualified at 16 `lanes` (see
+    `by_lanes`)."""
+    return lanes >= lane_sort.LANES and dtype in lane_sort.DTYPES and n <= sg.MAX_BUCKETS * LANE_BUCKET
 
 
 def check_rows(entry: Entry) -> None:
@@ -143,9 +146,10 @@ class SortPlan(LonePlan):
         if first_stage_for(ctx.info.kind) == "runs":
             by_rows = not (rows and by_buckets(n, rows, ctx.info.compute_units))
             stages = ("runs",) if by_rows else ("histogram", "plan", "scatter", "buckets")
-            if by_rows and values and by_lanes(dtype, n):
+            lanes = ctx.widths.of_size(4)
+            if by_rows and values and by_lanes(dtype, n, lanes):
                 stages, widths = ("lanes",), {"lanes": lane_sort.width_for(n)}
-            elif not by_rows and values and buckets_in_lanes(dtype, n):
+            elif not by_rows and values and buckets_in_lanes(dtype, n, lanes):
                 widths = {"buckets": LANE_BUCKET_WIDTH}
         else:
             stages = ("tiles", "merge")

@@ -2,10 +2,15 @@
 
 GPUs come before CPUs (runtime.device.by_kind). When several drivers offer that kind
 (two PoCLs, say: the one pip brings and a distribution's; or PoCL and Intel's CPU
-runtime), each is qualified, and the default is a usable one: PoCL's before other CPU
-drivers (the project is tuned and tested on it; Intel's runtime is there for CPUs that
-PoCL's LLVM cannot build for), then the widest widths, then the newest driver, then the
-first listed. A new driver that appears changes the default visibly, and for a reason.
+runtime), each is qualified, and the default is a usable one: one that passed every
+canary before one that crashed or computed wrong values at some width (a compiler
+known to be wrong on this CPU may be wrong where no canary looks: the PoCL that pip
+brings, on AMD Zen 4, crashes on 16 lanes of 4-byte ints and computes 8-byte ones wrong,
+and hung compiling the lane sort where no canary had built it), then PoCL's before other
+CPU drivers (the project is tuned and tested on it; Intel's runtime is there for CPUs that
+PoCL's LLVM cannot build for or builds for wrongly), then the widest widths, then the
+newest driver, then the first listed. A new driver that appears changes the default
+visibly, and for a reason.
 """
 
 from __future__ import annotations
@@ -36,11 +41,13 @@ def rank(devices: list[DeviceInfo], verdict_of: Callable[[DeviceInfo], Verdict] 
             continue
         verdicts = [(d, verdict_of(d)) for d in group]
         order = sorted(range(len(verdicts)), key=lambda k: (
-            verdicts[k][1].usable, verdicts[k][0].is_pocl, verdicts[k][1].score(), verdicts[k][0].driver_numbers, -k),
+            verdicts[k][1].usable, not verdicts[k][1].failures, verdicts[k][0].is_pocl, verdicts[k][1].score(),
+            verdicts[k][0].driver_numbers, -k),
             reverse=True)
         for place, k in enumerate(order):
             d, v = verdicts[k]
-            why = (f"{'usable' if v.usable else 'NOT usable'}, widths {v.vector_widths}, driver "
+            faults = f" ({len(v.failures)} canaries failed)" if v.usable and v.failures else ""
+            why = (f"{'usable' if v.usable else 'NOT usable'}{faults}, widths {v.vector_widths}, driver "
                    f"{d.driver_version or '?'}")
             if place == 0:
                 why = f"best of {len(group)} {d.kind} drivers: {why}"
