@@ -58,7 +58,7 @@ def _result(client: FusionClient, tid: int, shape: tuple[int, ...], dtype: np.dt
     t.dtype = dtype
     t._strides = None
     t._offset = 0
-    ref = _DropRef(t, client.drops.append)  # (tensor.track, inlined)
+    ref = _DropRef(t, client.drop_callback)  # (tensor.track, inlined)
     ref.tid = tid
     client.server.handle_refs[tid] = ref
     return t

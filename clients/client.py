@@ -66,16 +66,14 @@ atexit.register(_close_all_at_exit)
 
 MAX_PENDING_DROPS = 256  # registering drains dropped ids only past this many
 # The inbox channel (see FusionClient.record): a recording thread registers its queue once
-# it holds this many ops and the lock is free, and waits for the lock past INBOX_MAX. A
-# thread that the interpreter switched out while it held the lock keeps it for a switch
-# interval (5 ms): meanwhile each other thread records up to INBOX_MAX ops, every one
-# holding its op, its handles and its inputs alive. 8 threads recording chains
-# (benchmarks.recurring's, INBOX_MAX alternated in one process, 2-core AMD Zen 4, Intel's
-# CPU runtime): 4096, 0.57 to 0.74 of one thread's ops/s at a p99 of 32 to 129 us; 512,
-# 0.66 to 0.93 at 202 to 271 us; 256, 0.86 to 0.94 at 150 to 156 us; 128, 1.01 at 288 us.
-# Queues of thousands of ops cost their threads 0.6 to 1.1 us more CPU per op (probes).
+# it holds this many ops and the lock is free, and waits for the lock past INBOX_MAX.
+# Waiting sooner trades latency for little: with 8 threads recording chains
+# (benchmarks.recurring's, alternated in one process), INBOX_MAX 256 against 4096 gave
+# 0.62 against 0.62 of one thread's ops/s and a p99 of 2.1 ms against 29 us on an H100's
+# host, 0.64 against 0.61 and 2.2 ms against 30 us on PoCL 5 there; only Intel's CPU
+# runtime on a 2-core Zen 4 gained (0.86 to 0.94 against 0.57 to 0.74, p99 150 us).
 INBOX_BATCH = 64
-INBOX_MAX = 256
+INBOX_MAX = 4096
 # A thread recording alone (no other thread has a queue) takes the lock once per
 # LONE_BATCH ops instead: fewer, longer runs for the run cache, whose work per batch is
 # partly fixed. The 2,048-op chain with launches (benchmarks.host_cost, PoCL 3.0): on Zen
@@ -119,6 +117,9 @@ class FusionClient:
         # How long a main-thread wait polls before a helper thread takes it over (waits.py).
         self.spin_seconds = waits.SPIN_SECONDS if server.info.kind == "CPU" else waits.ACCELERATOR_SPIN_SECONDS
         self.drops: deque[int] = server.drops  # filled by Tensor.__del__, without the lock
+        # Every handle's DropRef calls this one bound method: a new one per handle would be
+        # one more object for the cyclic collector per op (see tensor.track).
+        self.drop_callback = self.drops.append
         self.unpins: deque = server.unpin_inbox  # storages whose resolved arrays or captures were collected
         self._lock = threading.Lock()
         self._owner: int | None = None  # the thread holding the lock

@@ -23,8 +23,11 @@ class DropRef(weakref.ref):
 
 
 def track(t: Tensor, client: FusionClient, tid: int) -> None:
-    """Register the handle `t` of tensor `tid` with the client's drop inbox."""
-    ref = DropRef(t, client.drops.append)
+    """Register the handle `t` of tensor `tid` with the client's drop inbox. (Each object
+    made per op that the cyclic collector tracks counts where threads record at once: their
+    queues keep thousands of ops alive, which the collector promotes to its oldest
+    generation and then walks in full collections.)"""
+    ref = DropRef(t, client.drop_callback)
     ref.tid = tid
     client.server.handle_refs[tid] = ref
 

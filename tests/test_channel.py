@@ -254,3 +254,32 @@ def test_a_bad_channel_setting_raises(monkeypatch):
 
     with pytest.raises(clients.FusionError, match="FUSION_CHANNEL='pigeon'"):
         FusionClient(clients.client_for().server)
+
+
+def test_a_queued_op_keeps_few_objects_for_the_cyclic_collector(client, monkeypatch):
+    """Threads recording at once keep thousands of ops queued; each object an op makes that
+    the collector tracks is promoted with them and walked by full collections (on a 2-core
+    Zen 4, the collector cost 8 threads 0.9 us per op against 0.27 for one thread). A
+    queued `y * c` holds its handle, the handle's drop ref, its op, the op's output and
+    operands, and its queue entry with the handles it reads: 7 objects, all handles sharing
+    one drop callback."""
+    monkeypatch.setattr(client, "channel", "inbox")
+    x = clients.asarray(rand(64))
+    y = x * 1.0001
+    y.numpy()
+    ops = cc.LONE_BATCH // 2  # (all stay queued)
+    gc.collect()
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        y = x
+        for _ in range(ops):
+            y = y * 1.0001
+        made = len(gc.get_objects()) - before
+        assert queued(client) == ops
+    finally:
+        gc.enable()
+    assert made <= 7 * ops + 8, f"{made / ops:.2f} tracked objects per queued op"
+    refs = client.server.handle_refs
+    assert refs[y._id].__callback__ is refs[x._id].__callback__ is client.drop_callback
+    np.testing.assert_allclose(y.numpy(), rand(64) * np.float32(1.0001) ** ops, rtol=1e-4)
