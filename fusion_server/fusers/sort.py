@@ -102,7 +102,8 @@ def by_lanes(dtype: np.dtype, n: int, lanes: int) -> bool:
     radix sort: faster for every length measured, 1 to 4096, on PoCL 3.0 on a 2-core
     Intel Xeon. Only where the device qualified `lanes` (its width for 4-byte values) at
     the network's 16: the PoCL that pip brings, on AMD Zen 4, fails 16 lanes of 4-byte
-    ints in qualification and aborts the process compiling the network."""
+    ints in qualification, and its compiler spun for minutes on the network (and aborted
+    the process on one long row's)."""
     return lanes >= lane_sort.LANES and lane_sort.supports(dtype, n)
 
 

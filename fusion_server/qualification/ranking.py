@@ -46,7 +46,8 @@ def rank(devices: list[DeviceInfo], verdict_of: Callable[[DeviceInfo], Verdict] 
             reverse=True)
         for place, k in enumerate(order):
             d, v = verdicts[k]
-            faults = f" ({len(v.failures)} canaries failed)" if v.usable and v.failures else ""
+            n = len(v.failures)
+            faults = f" after {n} canary failure{'s' if n > 1 else ''}" if v.usable and n else ""
             why = (f"{'usable' if v.usable else 'NOT usable'}{faults}, widths {v.vector_widths}, driver "
                    f"{d.driver_version or '?'}")
             if place == 0:
