@@ -125,7 +125,9 @@ class FusionClient:
         self._owner: int | None = None  # the thread holding the lock
         # Ops recorded without the lock, per thread, in the order they were made, with the
         # handles they read (kept alive until the op is registered): (sequence number, op,
-        # handles). The sequence is one for all threads: it orders ops across queues.
+        # *handles), one tuple (each object an op keeps queued is one more for the cyclic
+        # collector: see tensor.track). The sequence is one for all threads: it orders ops
+        # across queues.
         self.queues: dict[int, deque] = {}
         self.batch_ops = INBOX_BATCH  # ops a batch registers: LONE_BATCH while one thread records
         self._sequence = itertools.count()
@@ -353,7 +355,8 @@ class FusionClient:
             server.register_run(stream_id, queue, before)  # the common ops, in a run
             if not queue:
                 return
-            seq, op, _ = queue[0]
+            head = queue[0]
+            seq, op = head[0], head[1]
             if before is not None and seq >= before:
                 return
             if op is not None:  # (None: a handle kept alive until the ops before it are registered)
@@ -390,7 +393,7 @@ class FusionClient:
         if tid is None:
             return False
         for queue in list(self.queues.values()):
-            for seq, op, _ in list(queue):
+            for seq, op, *_ in list(queue):
                 if before is not None and seq >= before:
                     break
                 if op is not None and any(out.id == tid for out in outputs_of(op)):
@@ -421,7 +424,7 @@ class FusionClient:
             self.call(lambda server: self._register_all())
         queue = self.queues.get(me)
         if queue:
-            queue.append((next(self._sequence), None, (handle,)))
+            queue.append((next(self._sequence), None, handle))
 
     @property
     def channel(self) -> str:
@@ -453,7 +456,7 @@ class FusionClient:
             queue = self.queues[me] = deque()
             self._size_batches()
             self.server.mark_thread(me)
-        queue.append((next(self._sequence), op, reads))
+        queue.append((next(self._sequence), op) + reads)
         n = len(queue)
         if n >= self.batch_ops and (n >= INBOX_MAX or not self._lock.locked()):
             # (A thread that loses the race for the lock waits here, once.)

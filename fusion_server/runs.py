@@ -48,7 +48,7 @@ MAX_CAPTURES = 256
 # wrote what the run read meanwhile) before it is left to the usual path for good.
 MAX_CAPTURE_TRIES = 3
 _ID = itemgetter(0)  # a TensorIr's id
-_HANDLES = itemgetter(2)  # the handles of a queued (sequence, op, handles)
+_HANDLES = itemgetter(slice(2, None))  # the handles of a queued (sequence, op, *handles)
 _OP = itemgetter(1)  # its op
 _OUT = itemgetter(3)  # an ElementwiseOp's output
 _OPERANDS = itemgetter(1)  # its operands
@@ -115,7 +115,7 @@ class Run:
 
 def run_of(queue: Iterable, entries: dict, tid: int | None = None,
            stream: int | None = None) -> tuple[tuple, list[int], list[TensorIr]] | None:
-    """(key, inputs, outputs) of a queue of (sequence, op, handles); None when the run
+    """(key, inputs, outputs) of a queue of (sequence, op, *handles); None when the run
     cannot be cached (an op of another kind, a tensor from outside not written yet, nor
     pending on `stream`, if given) or does not write `tid`, if given."""
     ops = list(map(_OP, queue))

@@ -386,7 +386,7 @@ class FusionServer:
 
     def register_run(self, stream_id: int, queue: deque, before: int | None = None) -> None:
         """Register the element-wise ops at the head of `queue` (a thread's recorded ops, as
-        the client keeps them: (sequence number, op, handles)) that take the common path,
+        the client keeps them: (sequence number, op, *handles)) that take the common path,
         and were made before sequence number `before` (if given), popping each once it is
         registered; stop, changing nothing, at the first that needs more (`register`
         takes it): another op type, an input another thread's queue writes or that is
@@ -407,7 +407,8 @@ class FusionServer:
         own = (None, stream_id)
         end = sys.maxsize if before is None else before
         while queue:
-            seq, op, _ = queue[0]
+            head = queue[0]
+            seq, op = head[0], head[1]
             if seq >= end or type(op) is not ElementwiseOp:
                 return
             out = op.out

@@ -246,7 +246,7 @@ def test_only_the_streams_holding_needed_work_are_flushed():
         """Its ops not yet run: in its stream, and still in its inbox (that channel)."""
         s = server.streams.get(stream_owner.ident)
         inbox = clients.client_for().queues.get(stream_owner.ident, ())
-        return (len(s.queue) if s else 0) + sum(op is not None for _, op, _ in inbox)
+        return (len(s.queue) if s else 0) + sum(op is not None for _, op, *_ in inbox)
 
     assert clients.client_for().call(lambda _: (queued(ta), queued(tc))) == (2, 2)
     np.testing.assert_allclose(box["a"].numpy(), np.exp(data), rtol=1e-6)

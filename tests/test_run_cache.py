@@ -294,7 +294,7 @@ def test_ops_registered_while_still_queued_are_not_a_run(client):
         with client._lock:  # as a cut-short section leaves it: registered, run, still queued
             client.server.compile_under_lock = True
             try:
-                for _, op, _ in list(queue):
+                for _, op, *_ in list(queue):
                     client.server.register(me, op)
                 client.server.flush_stream(me)
             finally:
