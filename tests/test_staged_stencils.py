@@ -263,3 +263,40 @@ def test_each_geometry_covers_its_tile():
     spec = sg.StencilSpec(value_ops=(), value_inputs=(), staged=(), ops=(), inputs=(), taps=(), scalars=(),
                           value_scalars=0, outputs=(), index="int", local=(8, 32), tile=(32, 32), halo=(2, 2))
     assert sg.staged_shape(spec) == (34, 34) and sg.local_bytes(spec) == 0
+
+
+# (the staging loop of scalar code: rows of work-items over whole staged rows, as CPU
+# drivers that run work-items in lanes get; the flat index over a staged array that the
+# work-group does not cover in whole rows, as a GPU's 34 x 34 over 8 x 32 work-items)
+@pytest.mark.parametrize("geometry", [((16, 64), None), ((8, 32), (32, 32))], ids=["rows", "flat"])
+def test_scalar_staging_reads_rows_broadcasts_and_transposes(monkeypatch, geometry):
+    """Value inputs read along rows (no column stride in the load), broadcast along rows
+    (one element) and transposed (through the strides), in both staging loops."""
+    monkeypatch.setitem(staging.GEOMETRY, ("GPU" if clients.client_for().server.info.kind == "GPU" else "CPU", 2),
+                        geometry)
+    monkeypatch.setattr(staging, "width_of", lambda ctx, trace, dtypes: 1)
+    shape = (45, 83) if geometry[1] is None else (47, 81)  # (shapes of their own: layouts are memoized)
+    a, c, t = np.abs(rand(shape)) + np.float32(0.1), rand((shape[0], 1), seed=1), rand(shape[::-1], seed=2)
+    x, col, tt = clients.asarray(a), clients.asarray(c), clients.asarray(t)
+    with clients.inspect() as rec:
+        got = box_blur(x ** 2.2 + col * tt.T).numpy()
+    np.testing.assert_allclose(got, box_blur(a ** np.float32(2.2) + c * t.T), rtol=2e-5, atol=1e-5)
+    assert len(rec.kernels) == 1 and len(_staged(rec)) == 1
+    assert rec.kernels[0].variant == f"staged, tile {'14 x 62' if geometry[1] is None else '32 x 32'}, halo 2 x 2"
+
+
+def test_the_scalar_staging_loop_follows_the_work_items_along_rows():
+    """Where the work-group covers whole staged rows, a work-item's column is its local
+    id (consecutive addresses across work-items); a row input is read without its
+    column stride, a broadcast one at its row's element, another through the stride."""
+    def spec(local, tile, classes):
+        return sg.StencilSpec(value_ops=(), value_inputs=(np.dtype(np.float32),) * 3, staged=(), ops=(), inputs=(),
+                              taps=(), scalars=(), value_scalars=0, outputs=(), index="int", local=local, tile=tile,
+                              halo=(2, 2), value_classes=classes)
+    source, _ = sg.generate(spec((16, 64), (14, 62), ("row", "splat", "gather")))
+    assert "for (int i = ly; i < 16; i += 16)" in source and "t % " not in source
+    assert "vin0[VO0 + gb * VC0 + gy * VA0 + gx]" in source
+    assert "vin1[VO1 + gb * VC1 + gy * VA1]" in source
+    assert "vin2[VO2 + gb * VC2 + gy * VA2 + gx * VB2]" in source
+    source, _ = sg.generate(spec((8, 32), (32, 32), ("row", "row", "row")))
+    assert "t / 34" in source and "t % 34" in source
