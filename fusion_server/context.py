@@ -67,7 +67,7 @@ class KernelRecord:
 def variant_of(spec) -> str:
     """How a kernel was generated, in words, from the spec it was built from."""
     if isinstance(spec, cg.KernelSpec):
-        return f"width {spec.width}{' along rows' if spec.rows else ''}"
+        return f"width {spec.width}{' along rows' if spec.rows else ', 2-D grid' if spec.grid else ''}"
     if isinstance(spec, rg.ReduceSpec):
         parts = f", {spec.width // spec.acc_width} accumulators" if spec.acc_width else ""
         chunked = ", partial results of chunks" if spec.chunked else ""

@@ -146,8 +146,10 @@ def test_contiguous_element_wise_kernels_are_scalar_code_where_the_driver_packs_
     qualified = server.widths.of_size(4)
     assert server.pack_lanes == (info.packs_work_items and not os.environ.get("FUSION_VECTOR_WIDTH"))
     assert [k.variant for k in rec.kernels] == [f"width {1 if server.pack_lanes else qualified}"]
-    # Views along rows loop inside a work-item: they keep their vectors on every driver.
-    assert [k.variant for k in rows.kernels] == [f"width {qualified}" + (" along rows" if qualified > 1 else "")]
+    # Views along rows: vectors along each row, or, where the driver packs work-items, one
+    # work-item per element over a 2-D grid (tests/test_elementwise_grid.py).
+    assert [k.variant for k in rows.kernels] == ["width 1, 2-D grid"] if server.pack_lanes else \
+        [f"width {qualified}" + (" along rows" if qualified > 1 else "")]
     # Widths set by hand are taken as they are, and the rule comes back with the old widths.
     from fusion_server.runtime.widths import VectorWidths
     from tests.conftest import server_settings

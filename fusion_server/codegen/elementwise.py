@@ -47,6 +47,12 @@ class KernelSpec(NamedTuple):
     # Per input, the earlier strided input whose strides it has (the views of one tensor a
     # stencil reads differ in offset only): its position is computed once. Empty: none.
     shares: tuple[int, ...] = ()
+    # One work-item per element over a 2-D grid: the collapsed shape's last dimension
+    # along the first grid axis, its rows along the second. For drivers that run
+    # work-items in vector lanes (Intel's CPU runtime): neighbouring work-items read
+    # neighbouring elements of inputs whose last stride is 1 and share their row, where
+    # a flat index's division by the row length hides both and every load is a gather.
+    grid: bool = False
 
 
 def scalar_variant(spec: KernelSpec) -> KernelSpec | None:
@@ -163,10 +169,18 @@ def _body(spec: KernelSpec, width: int) -> list[str]:
     """Loads, ops and stores for the element (or vector) starting at flat index `idx`."""
     lines: list[str] = []
     if spec.rank and uses_strided(spec):
-        lines.append("IDX rem = idx;")
-        for d in range(spec.rank - 1, 0, -1):
+        last = spec.rank - 1
+        if spec.grid:  # (the column and the row are the work-item's: see `generate`)
+            lines.append(f"const IDX c{last} = col;")
+            if last:
+                lines.append("IDX rem = row;")
+        else:
+            lines.append("IDX rem = idx;")
+            lines.append(f"const IDX c{last} = rem % D{last}; rem /= D{last};" if last else "const IDX c0 = rem;")
+        for d in range(last - 1, 0, -1):
             lines.append(f"const IDX c{d} = rem % D{d}; rem /= D{d};")
-        lines.append("const IDX c0 = rem;")
+        if last:
+            lines.append("const IDX c0 = rem;")
     for k, (dtype, cls) in enumerate(spec.inputs):
         T = ex.type_name(dtype, width)
         if cls in ("contig", "offset"):
@@ -177,7 +191,11 @@ def _body(spec: KernelSpec, width: int) -> list[str]:
         else:
             lead = spec.shares[k] if spec.shares else k
             if lead == k:
-                walk = " + ".join(f"c{d} * S{k}_{d}" for d in range(spec.rank))
+                # (a last stride known to be 1 or 0 is left out of the source: the compiler
+                # then sees consecutive or equal addresses along a row)
+                r = spec.rank - 1
+                last = {"strided1": [f"c{r}"], "strided0": []}.get(cls, [f"c{r} * S{k}_{r}"])
+                walk = " + ".join([f"c{d} * S{k}_{d}" for d in range(r)] + last) or "0"
                 lines.append(f"const IDX q{k} = {walk};")
             lines.append(f"const IDX p{k} = O{k} + q{lead};")
             if width == 1 or cls == "strided":
@@ -214,7 +232,9 @@ def generate(spec: KernelSpec) -> tuple[str, str]:
         src += ex.vector_access({d for d, _ in spec.inputs} | {spec.ops[j].out for j in spec.outputs}, W)
     src.append(f"__kernel void {name}({sig.declare(parameters(spec))})")
     src.append("{")
-    if not spec.rows:
+    if spec.grid:
+        src.append("  const IDX col = (IDX)get_global_id(0), row = (IDX)get_global_id(1);")
+    elif not spec.rows:
         src.append(f"  const IDX idx0 = (IDX)get_global_id(0) * {W};")
         src.append("  if (idx0 >= n) return;")
     pos = 0
@@ -231,7 +251,14 @@ def generate(spec: KernelSpec) -> tuple[str, str]:
             for d in range(spec.rank):
                 src.append(f"  const IDX S{k}_{d} = (IDX)meta[{pos}];")
                 pos += 1
-    if spec.rows:
+    if spec.grid:
+        last = f"D{spec.rank - 1}"
+        src.append(f"  if (col >= {last}) return;")
+        src.append("  {")
+        src.append(f"    const IDX idx = row * {last} + col;")
+        src.extend("    " + line for line in _body(spec, 1))
+        src.append("  }")
+    elif spec.rows:
         last = f"D{spec.rank - 1}"
         src.append(f"  const IDX chunks = ({last} + {W - 1}) / {W};")
         src.append("  const IDX gid = (IDX)get_global_id(0);")
