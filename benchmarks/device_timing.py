@@ -95,7 +95,8 @@ def launch_size(device: cl.Device, items: int, group: int = 256) -> tuple[tuple[
 
 
 def vector_prelude(elementwise: bool = False) -> tuple[str, int]:
-    """(source, width) for hand-written float kernels: the source defines WIDTH, VEC (a
+    """(source, width) for hand-written float kernels: the source defines INDEX (an
+    element index's type), WIDTH, VEC (a
     float vector of WIDTH), LOADV(p) and STOREV(v, p) (any float-aligned address) and
     VSUM(v) (the sum of a VEC's lanes), with the vector width and the kind of vector
     access that the fusion server's own kernels use on this device, so hand-written
@@ -105,10 +106,13 @@ def vector_prelude(elementwise: bool = False) -> tuple[str, int]:
     width = server.widths.of_size(4)  # (float kernels)
     if elementwise and server.pack_lanes:
         width = 1  # as the server's own contiguous element-wise kernels on such a driver
+    # INDEX: the type of an element's index, 64-bit where the driver packs lanes, as the
+    # server's element-wise kernels there (a 32-bit one made Intel's vectorizer gather).
+    index = "typedef long INDEX;\n" if server.pack_lanes else "typedef int INDEX;\n"
     if width == 1:  # scalar code: no float1 in OpenCL C
-        return ("#define WIDTH 1\ntypedef float VEC;\n#define LOADV(p) (*(p))\n#define STOREV(v, p) (*(p) = (v))\n"
-                "float VSUM(VEC v) { return v; }\n"), 1
-    lines = [f"#define WIDTH {width}", f"typedef float{width} VEC;"]
+        return (index + "#define WIDTH 1\ntypedef float VEC;\n#define LOADV(p) (*(p))\n"
+                "#define STOREV(v, p) (*(p) = (v))\nfloat VSUM(VEC v) { return v; }\n"), 1
+    lines = [index.strip(), f"#define WIDTH {width}", f"typedef float{width} VEC;"]
     if f"-D{ex.PLAIN_VECTORS}" in server.runtime.programs.options:
         lines.append(f"#define {ex.PLAIN_VECTORS}")
     lines += ex.vector_access({np.dtype(np.float32)}, width)

@@ -51,12 +51,12 @@ __kernel void chain(__global const float *restrict a, __global const float *rest
                     __global const float *restrict c, __global float *restrict out,
                     const int n)
 {
-    const int i = get_global_id(0) * WIDTH;
+    const INDEX i = get_global_id(0) * WIDTH;
     if (i + WIDTH <= n) {
         const VEC x = LOADV(a + i), y = LOADV(b + i), z = LOADV(c + i);
         STOREV(CHAIN(x, y, z), out + i);
     } else {
-        for (int j = i; j < n; ++j)
+        for (INDEX j = i; j < n; ++j)
             out[j] = CHAIN(a[j], b[j], c[j]);
     }
 }

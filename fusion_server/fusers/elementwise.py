@@ -573,6 +573,11 @@ def _layout(ctx: BlockContext, ops: list[ElementwiseOp], recipe: _Recipe, in_ent
     dims: tuple[int, ...] = ()
     layouts = [(o, ()) for o in offsets]
     index = index_type(max((n, *(e.storage.nbytes // e.ir.dtype.itemsize for e in in_entries))))
+    if ctx.pack_lanes:
+        # (Intel's vectorizer turns every load and store at a 32-bit index made from the
+        # work-item's id into a gather or a scatter: "16-way vectorized, 1 gathers 1
+        # scatters" for `out[i] = in[i] * a + 1` with an int i, none with a 64-bit one)
+        index = "long"
     # A flat index is a vector of the index type: a uint8 arange touches 4- or 8-byte
     # elements too (PoCL 3.0 on Zen 4 botches 16-wide int vectors, which 1-byte values qualify at).
     index_dtypes = [dt.int32 if index == "int" else dt.int64] if recipe.flat_index else []
