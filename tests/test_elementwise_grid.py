@@ -94,3 +94,25 @@ def test_the_grid_source_follows_the_work_item_along_rows():
     assert "const IDX q1 = c0 * S1_0 + c1 * S1_1;" in source
     assert "const IDX q2 = c0 * S2_0 + c1 * S2_1 + c2 * S2_2;" in source
     assert "const IDX c2 = col;" in source and "IDX rem = row;" in source and "c1 = rem % D1" in source
+
+
+@pytest.mark.parametrize("pack_lanes", [True, False])
+def test_element_wise_kernels_index_in_64_bits_where_the_driver_packs_lanes(pack_lanes):
+    """Intel's vectorizer made every load and store at a 32-bit index made from the
+    work-item's id a gather or a scatter ("16-way vectorized, 1 gathers 1 scatters" for
+    `out[i] = in[i] * a + 1`): such drivers get 64-bit indices, others keep 32 bits
+    where the sizes allow. (The kernels of a trace of their own, looked up among those
+    built.)"""
+    a = np.abs(rand((300, 520), seed=7))
+    x = clients.asarray(a)
+    with server_settings(pack_lanes=pack_lanes):
+        got_flat = (clients.hypot(x * 3.5, 0.75) - 1.25).numpy()
+        got_rows = (clients.hypot(x[:, 3:] * 3.5, x[:, :-3]) - 1.25).numpy()
+    np.testing.assert_allclose(got_flat, np.hypot(a * np.float32(3.5), np.float32(0.75)) - np.float32(1.25),
+                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got_rows, np.hypot(a[:, 3:] * np.float32(3.5), a[:, :-3]) - np.float32(1.25),
+                               rtol=1e-6, atol=1e-6)
+    built = {(k.index, k.grid) for k in clients.client_for().server.runtime.programs.keys()
+             if isinstance(k, cg.KernelSpec) and [op.name for op in k.ops] == ["multiply", "hypot", "subtract"]}
+    index = "long" if pack_lanes else "int"
+    assert {(index, False), (index, pack_lanes)} <= built

@@ -604,9 +604,7 @@ def _layout(ctx: BlockContext, ops: list[ElementwiseOp], recipe: _Recipe, in_ent
                 width = 1
     grid = bool(strided) and ctx.pack_lanes and rank >= 2 and dims[-1] >= GRID_ROW_MIN
     if grid:
-        # (64-bit indices: Intel's vectorizer took the columns of int indices made from the
-        # 64-bit metadata for unrelated addresses and read every element by a gather)
-        width, rows, index = 1, False, "long"
+        width, rows = 1, False
     shares: tuple[int, ...] = ()
     if len(strided) > 1:
         first: dict[tuple[int, ...], int] = {}
