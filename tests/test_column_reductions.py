@@ -41,8 +41,61 @@ def test_column_sum_with_a_prologue_is_one_kernel(columns, shape):
         out = clients.sum(clients.exp(x * 0.5) * y, axis=0)
     want = (np.exp(a.astype(np.float64) * 0.5) * b).sum(axis=0)
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-4, atol=1e-4 * shape[0])
-    assert len(rec.kernels) == 1
-    assert_variants(rec, "reduce", "columns, width 4")
+    if shape == (300, 1024):  # (rows enough for chunks: the prologue in the first of two passes)
+        assert [k.variant for k in rec.kernels] == [CHUNKED, "loop, width 1"]
+        assert rec.kernels[0].ops == ["multiply", "exp", "multiply", "sum"]
+    else:
+        assert len(rec.kernels) == 1
+        assert_variants(rec, "reduce", "columns, width 4")
+
+
+CHUNKED = "columns, width 4, partial results of chunks"
+
+
+@pytest.mark.parametrize("name", ["sum", "prod", "max", "min"])
+def test_long_columns_reduce_in_chunks_of_rows_then_a_second_pass(columns, name):
+    """From COLUMN_SPLIT_MIN elements on, with rows enough for two chunks of
+    CPU_COLUMN_CHUNK_MIN, a work-item reduces a wide strip of the columns over a chunk
+    of the rows and a second kernel reduces the chunks' partial results (numpy's order:
+    whole rows one after another). Strips with a tail of outputs, NaNs in a later chunk,
+    a written prologue value and an epilogue."""
+    from fusion_server.fusers import reduce as rd
+
+    rows, cols = 15 * rd.CPU_COLUMN_CHUNK_MIN + 5, 70  # (70: strips of 64 outputs and a tail of 6)
+    assert rows * cols >= rd.COLUMN_SPLIT_MIN
+    rng = np.random.default_rng(11)
+    a = rng.choice(np.array([1.0, -1.0, 1.0, 1.0], np.float32), (rows, cols)) * np.float32(1.001) \
+        if name == "prod" else rng.standard_normal((rows, cols)).astype(np.float32)
+    if name in ("max", "min"):
+        a[rows - 3, 5] = np.nan  # (in the last chunk)
+    x = clients.asarray(a)
+    with clients.inspect() as rec:
+        y = x * 0.5 + 0.25
+        out = getattr(clients, name)(y, axis=0) * 2 - 1
+        got_out, got_y = out.numpy(), y.numpy()
+    want_y = a * np.float32(0.5) + np.float32(0.25)
+    want = getattr(np, name)(want_y.astype(np.float64), axis=0) * 2 - 1
+    np.testing.assert_allclose(got_y, want_y, rtol=1e-6)
+    np.testing.assert_allclose(got_out, want.astype(np.float32), rtol=1e-4, atol=1e-3)
+    if name in ("max", "min"):
+        assert np.isnan(got_out[5]) and not np.isnan(np.delete(got_out, 5)).any()
+    reduce_kernels = [k for k in rec.kernels if k.kind == "reduce"]
+    assert [k.variant for k in reduce_kernels] == [CHUNKED, "loop, width 1"]
+    assert reduce_kernels[1].ops[-2:] == ["multiply", "subtract"]  # (the epilogue, in the second pass)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.float64])
+def test_long_columns_of_every_accumulator_in_chunks(columns, dtype):
+    if dtype == np.float64 and not clients.client_for().server.info.fp64:
+        pytest.skip("no float64 on this device")
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 50, (700, 130)).astype(dtype)
+    with clients.inspect() as rec:
+        got = clients.sum(clients.asarray(a), axis=0).numpy()
+    want = np.sum(a, axis=0)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    assert [k.variant for k in rec.kernels if k.kind == "reduce"][0] == CHUNKED
 
 
 @pytest.mark.parametrize("name, dtype", [(name, dtype) for name in ("sum", "prod")

@@ -481,10 +481,32 @@ def _columns_body(spec: ReduceSpec) -> list[str]:
     reduced element read once for all of them (one page of each input per step, not one
     per vector: a sum down the columns of 4096 x 4096 floats took 43 ms in vectors of 16
     per work-item on a 2-core KVM guest, where every new page costs a nested page walk);
-    the outputs past the last whole vector one at a time. Sums, products, max and min."""
+    the outputs past the last whole vector one at a time. Sums, products, max and min.
+
+    A chunked first pass (see the fuser's two passes) gives work-item g the same outputs
+    of column group g % groups over chunk g / groups of the reduced elements, and writes
+    partial result (chunk, o) to `out0[chunk * nkept + o]`: wide strips of whole rows
+    read one after another, where one work-item per strip walked every row of the
+    matrix a page apart."""
     W, V, pro = spec.width, spec.vectors, spec.prologue
     acc_t = dt.CL_NAME[spec.acc]
-    src = [f"  const IDX o0 = (IDX)get_global_id(0) * {V * W};", "  if (o0 >= nout) return;"]
+    if spec.chunked:  # (`nout` counts the partial results: chunks x kept outputs)
+        src = ["  const IDX nkept = (IDX)meta[0], nchunks = nout / nkept;",
+               f"  const IDX groups = (nkept + {V * W - 1}) / {V * W}, g = (IDX)get_global_id(0);",
+               "  if (g >= groups * nchunks) return;",
+               f"  const IDX chunk = g / groups, o0 = (g - chunk * groups) * {V * W};",
+               "  const IDX clen = (nred + nchunks - 1) / nchunks, rbeg = chunk * clen;",
+               "  const IDX rend = nred - rbeg < clen ? nred : rbeg + clen;"]
+        kept, rbeg, rend = "nkept", "rbeg", "rend"
+    else:
+        src = [f"  const IDX o0 = (IDX)get_global_id(0) * {V * W};", "  if (o0 >= nout) return;"]
+        kept, rbeg, rend = "nout", "0", "nred"
+
+    def result(indent: str) -> list[str]:  # (output o's value is `acc`)
+        if spec.chunked:
+            return [f"{indent}out0[chunk * nkept + o] = acc;"]
+        return _epilogue(spec, indent)
+
     pos = 1  # (meta[0], the kept dim, is nout itself)
     for d in range(spec.red_rank):
         src.append(f"  const IDX RD{d} = (IDX)meta[{pos}];")
@@ -509,7 +531,7 @@ def _columns_body(spec: ReduceSpec) -> list[str]:
     # Float max and min: NaN lanes gathered in a mask per vector (see _vector_fold).
     nan_flag = spec.kind in ("max", "min") and dt.is_float(spec.acc)
     mask = dt.CL_MASK_NAME[spec.acc] + (str(W) if W > 1 else "") if nan_flag else ""
-    src.append(f"  const IDX left = (nout - o0) / {W};")
+    src.append(f"  const IDX left = ({kept} - o0) / {W};")
     src.append(f"  const int nvec = left < {V} ? (int)left : {V};  /* whole vectors of outputs */")
     src += bases("o0", "  ")
     src.append(f"  {vtype} accs[{V}];")
@@ -517,7 +539,7 @@ def _columns_body(spec: ReduceSpec) -> list[str]:
     if nan_flag:
         src.append(f"  {mask} nans[{V}];")
         src.append(f"  for (int v = 0; v < {V}; ++v) nans[v] = ({mask})(0);")
-    src.append("  for (IDX r = 0; r < nred; ++r) {")
+    src.append(f"  for (IDX r = {rbeg}; r < {rend}; ++r) {{")
     src += _positions(spec, "r", "    ")
     src.append("    for (int v = 0; v < nvec; ++v) {")
     for k, (dtype, cls) in enumerate(pro.inputs):
@@ -547,22 +569,22 @@ def _columns_body(spec: ReduceSpec) -> list[str]:
         swizzle = f".s{lane:x}" if W > 1 else ""
         value = f"nv{swizzle} ? ({acc_t})NAN : av{swizzle}" if nan_flag else f"av{swizzle}"
         src.append(f"    {{ const IDX o = o0 + (IDX)(v * {W} + {lane}); const {acc_t} acc = {value};")
-        src += _epilogue(spec, "      ")
+        src += result("      ")
         src.append("    }")
     src.append("  }")
-    src.append(f"  const IDX end = o0 + {V * W} < nout ? o0 + {V * W} : nout;")
+    src.append(f"  const IDX end = o0 + {V * W} < {kept} ? o0 + {V * W} : {kept};")
     src.append(f"  for (IDX o = o0 + (IDX)(nvec * {W}); o < end; ++o) {{  /* past the last whole vector */")
     src += bases("o", "    ")
     src.append(f"    {acc_t} acc = {identity};")
     if nan_flag:
         src.append("    int nan_seen = 0;")
-    src.append("    for (IDX r = 0; r < nred; ++r) {")
+    src.append(f"    for (IDX r = {rbeg}; r < {rend}; ++r) {{")
     src += _loop_body(spec, "r", "      ")
     src.append("    }")
     if nan_flag:
         src.append(f"    if (nan_seen) acc = ({acc_t})NAN;")
     src.append("    {")
-    src += _epilogue(spec, "      ")
+    src += result("      ")
     src.append("    }")
     src.append("  }")
     return src
