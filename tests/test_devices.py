@@ -148,8 +148,8 @@ def test_contiguous_element_wise_kernels_are_scalar_code_where_the_driver_packs_
     assert [k.variant for k in rec.kernels] == [f"width {1 if server.pack_lanes else qualified}"]
     # Views along rows: vectors along each row, or, where the driver packs work-items, one
     # work-item per element over a 2-D grid (tests/test_elementwise_grid.py).
-    assert [k.variant for k in rows.kernels] == ["width 1, 2-D grid"] if server.pack_lanes else \
-        [f"width {qualified}" + (" along rows" if qualified > 1 else "")]
+    assert [k.variant for k in rows.kernels] == (["width 1, 2-D grid"] if server.pack_lanes else
+                                                 [f"width {qualified}" + (" along rows" if qualified > 1 else "")])
     # Widths set by hand are taken as they are, and the rule comes back with the old widths.
     from fusion_server.runtime.widths import VectorWidths
     from tests.conftest import server_settings

@@ -363,8 +363,11 @@ class ReducePlan:
             groups = -(-nout // (wide * width))
             if nout * nred >= COLUMN_SPLIT_MIN and groups < items:
                 column_chunks = min(-(-items // groups), nred // CPU_COLUMN_CHUNK_MIN)
-                if column_chunks >= 2:
+                # (wide strips only in two passes: in one they would leave cores idle)
+                if column_chunks >= 2 and (index == "long" or (nred + column_chunks * width) * nout < 2**31 - 1):
                     vectors = wide
+                else:
+                    column_chunks = 0
             classes = tuple((e.ir.dtype, "strided1" if ks[0] == 1 else "strided0")
                             for e, ks in zip(pro_entries, kept_sets[:n_in]))
         elif vectorize:
