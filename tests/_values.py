@@ -190,3 +190,14 @@ def assert_tensor(t, expected, signed_zeros: bool = False) -> None:
     assert t.shape == expected.shape, f"tensor shape {t.shape}, expected {expected.shape}"
     assert t.dtype == expected.dtype, f"tensor dtype {t.dtype}, expected {expected.dtype}"
     assert_values(t.numpy(), expected, signed_zeros)
+
+
+def box_blur(g):
+    """The 3 x 3 box blur of a 2-D array or tensor (the image pipeline's stencil)."""
+    return (g[:-2, :-2] + g[1:-1, :-2] + g[2:, :-2] + g[:-2, 1:-1] + g[1:-1, 1:-1] + g[2:, 1:-1]
+            + g[:-2, 2:] + g[1:-1, 2:] + g[2:, 2:]) / 9
+
+
+def laplacian(u):
+    """The 5-point Laplacian of a 2-D array or tensor, over its interior."""
+    return u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4 * u[1:-1, 1:-1]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _values import box_blur
 from conftest import rand, server_settings
 
 import clients
@@ -19,11 +20,6 @@ from fusion_server.codegen import elementwise as cg
 from fusion_server.fusers import elementwise as ew
 
 GRID = "width 1, 2-D grid"
-
-
-def box_blur(g):
-    return (g[:-2, :-2] + g[1:-1, :-2] + g[2:, :-2] + g[:-2, 1:-1] + g[1:-1, 1:-1] + g[2:, 1:-1]
-            + g[:-2, 2:] + g[1:-1, 2:] + g[2:, 2:]) / 9
 
 
 CASES = {

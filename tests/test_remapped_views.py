@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _values import box_blur, laplacian
 from conftest import failing_builds, rand, server_settings
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -31,15 +32,6 @@ def _no_staging():
 
 def _ops(rec) -> list[list[str]]:
     return [k.ops for k in rec.kernels]
-
-
-def box_blur(g):
-    return (g[:-2, :-2] + g[1:-1, :-2] + g[2:, :-2] + g[:-2, 1:-1] + g[1:-1, 1:-1] + g[2:, 1:-1]
-            + g[:-2, 2:] + g[1:-1, 2:] + g[2:, 2:]) / 9
-
-
-def laplacian(u):
-    return u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4 * u[1:-1, 1:-1]
 
 
 @pytest.mark.parametrize("shape", [(5, 7), (37, 41), (64, 64)])

@@ -10,21 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _values import box_blur, laplacian
 from conftest import failing_builds, rand, server_settings
 
 import clients
 from fusion_server.codegen import stencil as sg
 from fusion_server.fusers import staging
 from fusion_server.runtime.programs import KernelBuildError
-
-
-def box_blur(g):
-    return (g[:-2, :-2] + g[1:-1, :-2] + g[2:, :-2] + g[:-2, 1:-1] + g[1:-1, 1:-1] + g[2:, 1:-1]
-            + g[:-2, 2:] + g[1:-1, 2:] + g[2:, 2:]) / 9
-
-
-def laplacian(u):
-    return u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4 * u[1:-1, 1:-1]
 
 
 def _staged(rec) -> list:
