@@ -169,17 +169,16 @@ def _body(spec: KernelSpec, width: int) -> list[str]:
     """Loads, ops and stores for the element (or vector) starting at flat index `idx`."""
     lines: list[str] = []
     if spec.rank and uses_strided(spec):
-        last = spec.rank - 1
-        if spec.grid:  # (the column and the row are the work-item's: see `generate`)
-            lines.append(f"const IDX c{last} = col;")
-            if last:
-                lines.append("IDX rem = row;")
-        else:
-            lines.append("IDX rem = idx;")
-            lines.append(f"const IDX c{last} = rem % D{last}; rem /= D{last};" if last else "const IDX c0 = rem;")
-        for d in range(last - 1, 0, -1):
-            lines.append(f"const IDX c{d} = rem % D{d}; rem /= D{d};")
-        if last:
+        # The coordinates from the flat index, or, over a grid, the last from the column
+        # and the others from the row (see `generate`).
+        top, flat = spec.rank - 1, "idx"
+        if spec.grid:
+            lines.append(f"const IDX c{top} = col;")
+            top, flat = top - 1, "row"
+        if top >= 0:
+            lines.append(f"IDX rem = {flat};")
+            for d in range(top, 0, -1):
+                lines.append(f"const IDX c{d} = rem % D{d}; rem /= D{d};")
             lines.append("const IDX c0 = rem;")
     for k, (dtype, cls) in enumerate(spec.inputs):
         T = ex.type_name(dtype, width)
