@@ -364,7 +364,7 @@ class ReducePlan:
             if nout * nred >= COLUMN_SPLIT_MIN and groups < items:
                 column_chunks = min(-(-items // groups), nred // CPU_COLUMN_CHUNK_MIN)
                 # (wide strips only in two passes: in one they would leave cores idle)
-                if column_chunks >= 2 and (index == "long" or (nred + column_chunks * width) * nout < 2**31 - 1):
+                if column_chunks >= 2 and indexes_two_passes(index, nout, nred, column_chunks, width):
                     vectors = wide
                 else:
                     column_chunks = 0
@@ -394,9 +394,8 @@ class ReducePlan:
         )
         meta_inputs = [(e.offset, ks, rs) for e, ks, rs in zip(pro_entries, kept_sets, red_sets)]
         meta_writes = list(zip(kept_sets[n_in:], red_sets[n_in:]))
-        chunks = column_chunks if column_chunks >= 2 else chunks_for(ctx.info, nout, nred, red.name, strategy,
-                                                                      down_columns)
-        if chunks and (index == "long" or (nred + chunks * width) * nout < 2**31 - 1):
+        chunks = column_chunks or chunks_for(ctx.info, nout, nred, red.name, strategy, down_columns)
+        if chunks and indexes_two_passes(index, nout, nred, chunks, width):
             self._run_in_two_passes(ctx, spec, chunks, kdims, rdims, meta_inputs=meta_inputs,
                                     meta_writes=meta_writes, out_shape=out_shape, epi_layouts=epi_layouts,
                                     out_entries=out_entries, write_entries=write_entries,
@@ -418,9 +417,8 @@ class ReducePlan:
             names = [op.name for op in all_ops]
             if strategy == "group":
                 ctx.launch(kernel, nout * rg.GROUP_SIZE, rg.GROUP_SIZE, args, "reduce", names, bindings)
-            elif strategy == "columns":  # (the built spec's width: its scalar variant's is 1)
-                per_item = built.spec.width * built.spec.vectors
-                ctx.launch_items(kernel, (nout + per_item - 1) // per_item, args, "reduce", names, bindings,
+            elif strategy == "columns":
+                ctx.launch_items(kernel, column_strips(built.spec, nout), args, "reduce", names, bindings,
                                  heavy=True)
             else:
                 ctx.launch_items(kernel, nout, args, "reduce", names, bindings, heavy=True)
@@ -467,9 +465,8 @@ class ReducePlan:
                 ctx.launch(built.kernel, chunks * nout * rg.GROUP_SIZE, rg.GROUP_SIZE, args, "reduce", names,
                            len(args))
             elif first.strategy == "columns":  # (a strip of outputs per work-item and chunk)
-                per_item = built.spec.width * built.spec.vectors
-                ctx.launch_items(built.kernel, chunks * -(-nout // per_item), args, "reduce", names, len(args),
-                                 heavy=True)
+                ctx.launch_items(built.kernel, chunks * column_strips(built.spec, nout), args, "reduce", names,
+                                 len(args), heavy=True)
             else:
                 ctx.launch_items(built.kernel, chunks * nout, args, "reduce", names, len(args), heavy=True)
             args = sig.bind(rg.parameters(second), size=[idx(nout), idx(chunks)], meta=[ctx.metadata_buffer(meta2)],
@@ -505,6 +502,20 @@ def chunks_for(info, nout: int, nred: int, kind: str, strategy: str, down_column
     else:
         return 0
     return chunks if chunks >= 2 else 0
+
+
+def indexes_two_passes(index: str, nout: int, nred: int, chunks: int, width: int) -> bool:
+    """Whether a first pass of `chunks` chunks (of `width`-aligned lengths) over `nred`
+    elements for each of `nout` outputs keeps its positions within the `index` type."""
+    return index == "long" or (nred + chunks * width) * nout < 2**31 - 1
+
+
+def column_strips(spec: rg.ReduceSpec, nout: int) -> int:
+    """Work-items of a columns kernel over `nout` outputs (per chunk, in a first pass):
+    one per strip of `vectors` x `width` outputs (of the spec built: its scalar
+    variant's width is 1)."""
+    per_item = spec.width * spec.vectors
+    return -(-nout // per_item)
 
 
 def flat_strides(entry, size: int, flat: tuple[int, ...]) -> tuple[int, ...] | None:
