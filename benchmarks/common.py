@@ -107,6 +107,28 @@ def bytecodes(fn: Callable[[], Any]) -> int:
     return count
 
 
+def cpu_per_call(fn: Callable[[], Any], calls: int, samples: int) -> tuple[float, float]:
+    """Median (thread CPU seconds, wall seconds) per call of `fn`, over `samples` samples
+    of `calls` calls each; the device is waited for between samples, off the clock."""
+    import clients
+
+    cpu, wall = [], []
+    for _ in range(samples):
+        gc.disable()
+        try:
+            c0, w0 = time.thread_time(), time.perf_counter()
+            for _ in range(calls):
+                out = fn()
+            c1, w1 = time.thread_time(), time.perf_counter()
+        finally:
+            gc.enable()
+        del out
+        clients.sync()
+        cpu.append((c1 - c0) / calls)
+        wall.append((w1 - w0) / calls)
+    return statistics.median(cpu), statistics.median(wall)
+
+
 def time_call(fn: Callable[[], Any], repeat: int, warmup: int = 1) -> Timing:
     """Time `fn` `repeat` times after `warmup` untimed calls.
 

@@ -14,6 +14,10 @@
 (b) End to end on small arrays: the 16-op chain of the element-wise benchmark on 1024
     float32 elements, build + `.numpy()`, against pyopencl.array (16 ops + `.get()`) and
     numpy. Small tensors are latency-bound: fusion saves launches and round trips.
+(c) Slices: the calling thread's CPU time to record one slice (`x[1:-1, 1:-1]`) against
+    one multiply, and a stencil written with slices on a small image (the 3 x 3 box blur
+    of `x * x` on 256^2 float32: nine slices, ten ops, one kernel), build + `.numpy()`:
+    lazy, lazy without the run cache, jitted and numpy, CPU time per call and wall time.
 
     python -m benchmarks.host_cost [--repeat N] [--out DIR]
 """
@@ -34,6 +38,7 @@ import clients
 
 from . import common
 from .elementwise_chain import chain, check, inputs
+from .stencils import box_blur
 
 NAME = "host_cost"
 ELEMENTS = 1024
@@ -42,6 +47,8 @@ LONG_CHAIN_OPS = 2048
 RECORD_SAMPLES = 50
 LAUNCH_SAMPLES = 3
 END_TO_END_ROUNDS = 30
+STENCIL_SIDE = 256
+STENCIL_CALLS = 20  # calls per sample of part (c)
 
 
 def _step(y: Any) -> Any:
@@ -165,13 +172,51 @@ def end_to_end(rounds: int) -> dict:
     }
 
 
+def slices(samples: int) -> dict:
+    """Part (c): a slice's recording cost, and a stencil of slices end to end."""
+    img = np.random.default_rng(3).random((STENCIL_SIDE, STENCIL_SIDE), dtype=np.float32)
+    x = clients.asarray(img)
+    want = box_blur(img * img)
+    server = clients.client_for().server
+    jitted = clients.jit(lambda g: box_blur(g * g))
+
+    def lazy_plain() -> np.ndarray:  # every op through the stream and the plan store
+        server.run_cache_enabled = False
+        try:
+            return box_blur(x * x).numpy()
+        finally:
+            server.run_cache_enabled = True
+
+    variants = {
+        "lazy": lambda: box_blur(x * x).numpy(),
+        "lazy, no run cache": lazy_plain,
+        "jit": lambda: jitted(x).numpy(),
+        "numpy": lambda: box_blur(img * img),
+    }
+    with clients.inspect() as rec:
+        got = variants["lazy"]()
+    assert len(rec.kernels) == 1, f"the blur launched {len(rec.kernels)} kernels"
+    out: dict = {"side": STENCIL_SIDE, "variants": {}}
+    for name, fn in variants.items():
+        for _ in range(3):  # (warm: the kernels built, the run captured)
+            got = fn()
+        check(f"box blur, {name}", got, want)
+        cpu, wall = common.cpu_per_call(fn, STENCIL_CALLS, samples)
+        out["variants"][name] = {"cpu_us": common.us(cpu), "wall_us": common.us(wall)}
+    for name, record in (("slice", lambda: x[1:-1, 1:-1]), ("multiply", lambda: x * 2.0)):
+        cpu, wall = common.cpu_per_call(record, 200, samples)
+        out[f"{name}_record_cpu_us"] = common.us(cpu)
+    return out
+
+
 def run(repeat: int = 10) -> dict:
-    """Both parts; `repeat` scales the number of samples."""
+    """The three parts; `repeat` scales the number of samples."""
     clients.set_mode("lazy")
     return {
         "benchmark": NAME,
         "recording": recording(RECORD_SAMPLES * repeat, LAUNCH_SAMPLES * repeat),
         "small_chain": end_to_end(END_TO_END_ROUNDS * repeat),
+        "slices": slices(5 * repeat),
     }
 
 
@@ -196,7 +241,15 @@ def summary_rows(result: dict) -> list[list[Any]]:
         [f"{small['ops']}-op chain x{small['elements']}, numpy", common.us(v["numpy"]["median_s"]), "us"],
         ["fused / pyopencl.array", small["fused_over_pyopencl_array"]["of_medians"], "x"],
         ["fused / numpy", small["fused_over_numpy"]["of_medians"], "x"],
-    ]
+    ] + _slice_rows(result["slices"])
+
+
+def _slice_rows(sl: dict) -> list[list[Any]]:
+    rows = [["record a slice: host CPU", sl["slice_record_cpu_us"], "us"],
+            ["record a multiply: host CPU", sl["multiply_record_cpu_us"], "us"]]
+    for name, v in sl["variants"].items():
+        rows.append([f"box blur {sl['side']}^2, {name}: host CPU (wall {v['wall_us']:.0f} us)", v["cpu_us"], "us"])
+    return rows
 
 
 def report(result: dict) -> None:

@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import gc
 import statistics
 import time
 from collections.abc import Callable
@@ -39,26 +38,6 @@ SMALL = 1024
 CALLS = 200  # calls per timed sample of the host-cost parts
 
 
-def _cpu_per_call(fn: Callable[[], Any], calls: int, samples: int) -> tuple[float, float]:
-    """Median (thread CPU seconds, wall seconds) per call of `fn`, over `samples` samples
-    of `calls` calls each; the device is waited for between samples, off the clock."""
-    cpu, wall = [], []
-    for _ in range(samples):
-        gc.disable()
-        try:
-            c0, w0 = time.thread_time(), time.perf_counter()
-            for _ in range(calls):
-                out = fn()
-            c1, w1 = time.thread_time(), time.perf_counter()
-        finally:
-            gc.enable()
-        del out
-        clients.sync()
-        cpu.append((c1 - c0) / calls)
-        wall.append((w1 - w0) / calls)
-    return statistics.median(cpu), statistics.median(wall)
-
-
 def recurring_graph(samples: int) -> dict:
     """Part (a): the 200-op graph, jitted and lazy (each call launched, not waited for)."""
     rng = np.random.default_rng(0)
@@ -72,14 +51,14 @@ def recurring_graph(samples: int) -> dict:
     ops = 200
     with clients.inspect() as rec:
         jitted(x, y)
-    jit_cpu, jit_wall = _cpu_per_call(lambda: jitted(x, y), CALLS // 4, samples)
+    jit_cpu, jit_wall = common.cpu_per_call(lambda: jitted(x, y), CALLS // 4, samples)
 
     def lazy() -> clients.Tensor:
         out = _graph(x, y)
         clients.flush()
         return out
 
-    lazy_cpu, lazy_wall = _cpu_per_call(lazy, 5, samples)
+    lazy_cpu, lazy_wall = common.cpu_per_call(lazy, 5, samples)
     return {
         "ops": ops,
         "kernels_per_call": len(rec.kernels),
@@ -118,7 +97,7 @@ def call_overhead(samples: int) -> dict:
         with clients.inspect() as rec:
             f(x)
         kernels = len(rec.kernels)
-        cpu, wall = _cpu_per_call(lambda f=f: f(x), CALLS, samples)
+        cpu, wall = common.cpu_per_call(lambda f=f: f(x), CALLS, samples)
         counted = common.bytecodes(lambda f=f: _calls(f, x, 20)) / 20
         clients.sync()
         rows[str(k)] = {"kernels": kernels, "cpu_us": common.us(cpu), "wall_us": common.us(wall),
@@ -161,7 +140,7 @@ def launch_cost(samples: int) -> tuple[float, float]:
     kernel = cl.Kernel(program.build(), "nothing")
     buf = cl.Buffer(queue.context, cl.mem_flags.READ_WRITE, 4 * 1024)
     kernel.set_arg(0, buf)
-    cpu, _ = _cpu_per_call(lambda: cl.enqueue_nd_range_kernel(queue, kernel, (1024,), None), CALLS, samples)
+    cpu, _ = common.cpu_per_call(lambda: cl.enqueue_nd_range_kernel(queue, kernel, (1024,), None), CALLS, samples)
     # The same enqueue onto an idle queue (each kernel waited for, off the clock), as a
     # call that waits for its result meets it: PoCL then wakes its worker threads from the
     # calling thread (17 us against 1.5 to 1.9 on a busy queue, 2-core Intel Xeon).

@@ -545,10 +545,12 @@ def arange(start: Any, stop: Any = None, step: Any = 1, dtype: Any = None, devic
 # -- views ----------------------------------------------------------------------------------
 def _view(x: Tensor, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> Tensor:
     client = x._client
-    out = TensorIr(next(_ids), shape, x.dtype)
+    dtype = x.dtype
+    tid = next(_ids)
+    out = _tuple_new(TensorIr, (tid, shape, dtype))  # (as _result: a NamedTuple's __new__ is Python code)
     contiguous = offset == 0 and strides == contiguous_strides(shape)
-    t = Tensor._make(client, out.id, shape, x.dtype, None if contiguous else strides, offset)
-    client.view(ViewOp(x._id, out, strides, offset))
+    t = Tensor._make(client, tid, shape, dtype, None if contiguous else strides, offset)
+    client.record(_tuple_new(ViewOp, (x._id, out, strides, offset)), x)
     return t
 
 
@@ -758,12 +760,29 @@ def basic_layout(
 ) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     """The layout (shape, strides, offset in elements) that basic key `key` selects from
     the layout given; IndexError for keys that are not basic or out of bounds."""
-    for k in key if isinstance(key, tuple) else (key,):
-        if not (k is None or k is Ellipsis or isinstance(k, (slice, int, np.integer))):
+    if type(key) is not tuple:
+        key = (key,)
+    # One pass checks the items and counts what they index (every slice of a stencil
+    # comes through here: expand_ellipsis's three passes cost a slice a third more).
+    used, ellipsis = 0, -1
+    for i, k in enumerate(key):
+        if type(k) is slice or isinstance(k, (int, np.integer)):
+            used += 1
+        elif k is Ellipsis:
+            if ellipsis >= 0:
+                raise IndexError("an index can only have a single ellipsis ('...')")
+            ellipsis = i
+        elif k is not None:
             raise IndexError(
                 f"only integers, slices, None and ... index a tensor here, not {type(k).__name__}"
             )
-    key = expand_ellipsis(key, len(x_shape))
+    ndim = len(x_shape)
+    if used > ndim:
+        raise IndexError(f"too many indices: {used} for a tensor of {ndim} dimensions")
+    if ellipsis >= 0:
+        key = key[:ellipsis] + (slice(None),) * (ndim - used) + key[ellipsis + 1:]
+    elif used < ndim:
+        key = key + (slice(None),) * (ndim - used)
     out_shape: list[int] = []
     out_strides: list[int] = []
     dim = 0
@@ -773,7 +792,7 @@ def basic_layout(
             out_strides.append(0)
             continue
         n = x_shape[dim]
-        if isinstance(k, slice):
+        if type(k) is slice:
             start, stop, step = k.indices(n)
             count = len(range(start, stop, step))
             if count:

@@ -32,7 +32,7 @@ import numpy as np
 
 from fusion_server.compiling import NeedsCompile
 from fusion_server.errors import DroppedTensorError, FusionError, ReentrancyError
-from fusion_server.ir import OperationIr, TensorIr, ViewOp, outputs_of
+from fusion_server.ir import OperationIr, TensorIr, outputs_of
 from fusion_server.runtime import waits
 from fusion_server.server import MODES, FusionServer, Recorder
 
@@ -493,9 +493,6 @@ class FusionClient:
                 self._owner = None
         job.run()
         self.call(lambda server: server.register(me, op))  # resumes the queued op
-
-    def view(self, op: ViewOp) -> None:
-        self.call(lambda server: server.view(op))
 
     def upload(self, ir: TensorIr, host: np.ndarray) -> None:
         self.call(lambda server: server.upload(ir, host))

@@ -186,6 +186,8 @@ def tensor_inputs(op: OperationIr) -> tuple[int, ...]:
         return (op.input,)
     if type(op) is MatmulOp:
         return (op.a, op.b)
+    if type(op) is ViewOp:
+        return (op.source,)
     return op.inputs
 
 

@@ -6,7 +6,8 @@ fusers, but every op still costs its entry, its signature, its step through the 
 its retirement and its dead handle. The run cache spares all of that for a run that ends
 in a read, a `sync()` or a `flush()`, or that fills a batch of the inbox on the way:
 
-- A *run* is a thread's whole queue of recorded ops (element-wise ops, reductions, matmul)
+- A *run* is a thread's whole queue of recorded ops (element-wise ops, reductions, matmul,
+  views)
   at such a point, with the thread's stream empty before it: the run is the only work
   the flush does for that thread. (A batch that recurs has its stream run first.)
 - Its *key* holds each op with the tensors it reads renumbered (an earlier op of the run
@@ -38,7 +39,7 @@ from types import NoneType
 from typing import Any
 
 from .handles import READY
-from .ir import ElementwiseOp, MatmulOp, ReduceOp, TensorIr
+from .ir import ElementwiseOp, MatmulOp, ReduceOp, TensorIr, ViewOp
 
 # Keys seen once are forgotten past this many (runs that never recur would grow it);
 # captures past this many, the oldest first.
@@ -54,7 +55,15 @@ _OUT = itemgetter(3)  # an ElementwiseOp's output
 _OPERANDS = itemgetter(1)  # its operands
 _STATIC = itemgetter(0, 2, 4, 5)  # its name, compute dtype, expression and parameters
 _SHAPE_DTYPE = itemgetter(1, 2)  # a TensorIr's shape and dtype
-_ELEMENTWISE = {ElementwiseOp}
+_FLAT = {ElementwiseOp, ViewOp}  # the kinds of ops whose runs take the fast path of run_of
+
+
+def _view_as_elementwise(op: ViewOp) -> tuple:
+    """A view in the fields of an ElementwiseOp: (ViewOp, (source,), None, out, strides,
+    offset); ViewOp in the place of a name, which no element-wise op has."""
+    return (ViewOp, (op[0],), None, op[1], op[2], op[3])
+
+
 _IS_INT = int.__instancecheck__
 CALL = methodcaller("__call__")  # a weak reference's referent (NoneType's call: None)
 # The codes of ops' outputs and of inputs (see run_of), made once; a longer run takes
@@ -119,9 +128,13 @@ def run_of(queue: Iterable, entries: dict, tid: int | None = None,
     cannot be cached (an op of another kind, a tensor from outside not written yet, nor
     pending on `stream`, if given) or does not write `tid`, if given."""
     ops = list(map(_OP, queue))
-    if len(ops) < len(_CODES) and set(map(type, ops)) == _ELEMENTWISE:
-        key, code, inputs, outputs = _elementwise_run(ops)
-        return _with_inputs(key, code, inputs, outputs, entries, tid, stream)
+    if len(ops) < len(_CODES):
+        kinds = set(map(type, ops))
+        if kinds <= _FLAT:
+            if ViewOp in kinds:  # (a slice, a transpose: as an element-wise op with its layout for static part)
+                ops = [op if type(op) is ElementwiseOp else _view_as_elementwise(op) for op in ops]
+            key, code, inputs, outputs = _elementwise_run(ops)
+            return _with_inputs(key, code, inputs, outputs, entries, tid, stream)
     # Tensor id -> (position,) of the op that writes it, or (-1 - input number,): tuples,
     # so that an operand mapped through `code` is an int only when it is a tensor from
     # outside seen for the first time (a Scalar maps to itself: its value is in the key).
@@ -140,6 +153,10 @@ def run_of(queue: Iterable, entries: dict, tid: int | None = None,
             out = op[3]
             # (name, compute, expr), params, (shape, dtype) of the output, operands
             parts.append((op[::2], op[5], out[1:], args))
+        elif kind is ViewOp:
+            out = op.out
+            args = _first_uses((get(op.source, op.source),), code, inputs)
+            parts.append(("view", op.strides, op.offset, out.shape, out.dtype, args))
         elif kind is ReduceOp or kind is MatmulOp:
             out = op.out
             reads = (op.input,) if kind is ReduceOp else (op.a, op.b)

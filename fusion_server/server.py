@@ -331,10 +331,14 @@ class FusionServer:
         self.reconfigure("fusers changed", fuser_factories=[*self.fuser_factories, factory])
 
     # -- registering work -----------------------------------------------------------
-    def register(self, stream_id: int, op: OperationIr) -> None:
-        """Queue `op` on a stream; blocks run as the fusers close them. (A thread's
+    def register(self, stream_id: int, op: OperationIr | ViewOp) -> None:
+        """Queue `op` on a stream; blocks run as the fusers close them (a view takes effect
+        at once: `view`). (A thread's
         recorded element-wise ops usually come through `register_run`, this path's
         common case with its lookups hoisted out of the loop.)"""
+        if type(op) is ViewOp:
+            self.view(stream_id, op)
+            return
         handles = self.handles
         entries = handles.entries
         outs = outputs_of(op)
@@ -528,14 +532,22 @@ class FusionServer:
         if host.nbytes:
             self.runtime.upload(storage.buffer, host)
 
-    def view(self, op: ViewOp) -> None:
-        """A tensor that reads `op.source`'s storage through another layout; no copy."""
-        self.counters["ops_registered"] += 1
+    def view(self, stream_id: int, op: ViewOp) -> None:
+        """A tensor that reads `op.source`'s storage through another layout; no copy. A
+        thread's views are recorded in its queue with its ops and registered in order
+        with them (`register`), so a slice costs no locked section of its own."""
+        out = op.out
+        if out.id in self.handles.entries or out.id <= self.registered_upto.get(stream_id, -1):
+            return  # registered already: a kernel build or an interrupt cut the section after it
         src = self.handles.get(op.source)
-        self.handles.add(op.out, src.storage, op.strides, op.offset)
+        self.handles.add(out, src.storage, op.strides, op.offset)
+        self.registered_upto[stream_id] = out.id
+        self.counters["ops_registered"] += 1
         for tape in self.tapes.values():  # a view of a constant that shares an argument's buffer
             if op.source in tape.foreign:
-                tape.foreign.add(op.out.id)
+                tape.foreign.add(out.id)
+        if self.early_drops:
+            self._dropped_early((out,))
 
     def adopt(self, ir: TensorIr, buffer: cl.Buffer, nbytes: int, strides, offset: int) -> None:
         """A tensor over a buffer the caller owns (never returned to the pool)."""

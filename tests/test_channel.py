@@ -43,6 +43,25 @@ def test_recording_stays_off_the_lock_until_a_batch(client, monkeypatch):
     assert clients.stats()["ops_registered"] - before == cc.INBOX_BATCH - 2
 
 
+def test_views_are_recorded_with_the_ops_off_the_lock(client, monkeypatch, baseline):
+    """A slice, a transpose, a new axis join the thread's queue as its ops do (a locked
+    section each cost a slice five times an op), and take effect in order with them."""
+    monkeypatch.setattr(client, "channel", "inbox")
+    a = rand((8, 12))
+    x = clients.asarray(a)
+    settle()
+    y = (x * 2.0)[1:, ::2].T[None]
+    assert queued(client) == 4
+    assert client.server.handles.entries.get(y._id) is None
+    for _ in range(3):
+        x[1:]  # noqa: B018 (dropped at once, in the inbox)
+    np.testing.assert_allclose(y.numpy(), (a * 2)[1:, ::2].T[None], rtol=1e-6)
+    assert queued(client) == 0
+    del x, y
+    settle()
+    assert clients.stats()["buffers_live"] == baseline and clients.stats()["pending_ops"] == 0
+
+
 def test_an_input_dropped_before_its_reader_is_registered_stays_alive(channel, baseline):
     a = rand(100)
     x = clients.asarray(a)
@@ -100,6 +119,7 @@ def test_another_thread_uses_a_value_still_in_the_inbox(channel):
 
     def producer():
         box["y"] = clients.sin(x) + 1.0  # recorded by this thread, not registered
+        box["view"] = box["y"][::-2]
         box["queued"] = queued(clients.client_for())
         made.set()
 
@@ -108,9 +128,10 @@ def test_another_thread_uses_a_value_still_in_the_inbox(channel):
     made.wait(TIMEOUT)
     t.join(TIMEOUT)
     if channel == "inbox":
-        assert box["queued"] >= 2
+        assert box["queued"] >= 3
     z = box["y"] * 3.0  # this thread's op reads the other's value: registered after it
     np.testing.assert_allclose(z.numpy(), (np.sin(a) + 1) * 3, rtol=1e-5)
+    np.testing.assert_allclose(box["view"][1:].numpy(), (np.sin(a) + 1)[::-2][1:], rtol=1e-5)
 
 
 _twice_plus_one = clients.custom.elementwise("twice_plus_one", "x * 2.0f + 1.0f")

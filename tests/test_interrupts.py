@@ -683,6 +683,24 @@ def test_an_op_cut_after_its_entry_is_not_registered_again_once_its_handle_died(
     assert clients.stats()["pending_ops"] == 0
 
 
+def test_a_view_cut_after_its_entry_is_not_registered_again_once_its_handle_died(cut):
+    """As above, for a view: the interrupt falls after its entry, before the server notes
+    it as registered; its handle dies, and the next flush leaves nothing behind."""
+    a = rand((16, 16), seed=12)
+    x = clients.asarray(a)
+    before = _counts()
+
+    def read():
+        y = x[1:, ::3]
+        cut.armed = True
+        y.numpy()
+
+    assert _interrupted(read) and not cut.armed
+    np.testing.assert_allclose((x[2:].T + 1.0).numpy(), a[2:].T + 1, rtol=1e-6)
+    assert _counts() == before
+    assert clients.stats()["pending_ops"] == 0
+
+
 def test_an_op_cut_after_its_entry_still_takes_the_drop_that_came_before_it(cut):
     """A value dropped before its op was registered (`x * 3.0` as a statement) has its drop
     kept for the op; cut between the op's entry and that drop's application, the value is

@@ -16,6 +16,7 @@ from clients.client import INBOX_BATCH, LONE_BATCH
 from fusion_server import runs
 from fusion_server.errors import TensorFailedError
 from fusion_server.ir import Scalar, scalar
+from tests._values import box_blur
 from tests.conftest import counted_since, counters, exploding_kernel, rand, run_python, server_settings, settle
 
 
@@ -878,3 +879,64 @@ def test_setting_the_mode_it_has_keeps_the_cache():
         clients.set_mode("lazy")
         np.testing.assert_allclose((x * 3.0 + 1.0).numpy(), x.numpy() * 3 + 1, rtol=1e-6)
     assert delta(before)["run_replays"] >= 2 and delta(before)["run_captures"] == 1
+
+
+# -- runs with views: slices, transposes and reshapes are recorded with the ops -----------------
+def _blur_of_square(x) -> np.ndarray:
+    return box_blur(x * x).numpy()
+
+
+def test_a_stencil_of_slices_recurs_as_one_run_replayed_as_one_kernel(baseline):
+    img = rand((40, 56))
+    x = clients.asarray(img)
+    want = box_blur(img * img)
+    deltas, values = recurring(partial(_blur_of_square, x))
+    for got in values:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert [d["run_captures"] for d in deltas] == [0, 1, 0, 0]
+    assert [d["run_replays"] for d in deltas] == [0, 0, 1, 1]
+    assert all(d["kernels_launched"] == 1 for d in deltas)
+    assert deltas[3]["plan_hits"] == deltas[3]["explorations"] == 0  # (no op reached a stream)
+    with clients.inspect() as rec:
+        got = box_blur(x * x).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert len(rec.kernels) == 1 and "replayed from the run cache" in rec.explain()
+    del x
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
+
+
+def test_views_the_user_holds_come_out_of_a_replay_with_their_layouts(baseline):
+    a = rand((6, 10))
+    x = clients.asarray(a)
+    before = counts()
+    for _ in range(4):
+        y = clients.exp(x) * 2.0
+        column, transposed, strided = y[:, 3], y.T, x[1:, ::2]  # of a run's value, of its input
+        s = transposed[1:4] + 1.0
+        np.testing.assert_allclose(s.numpy(), (np.exp(a) * 2).T[1:4] + 1, rtol=1e-5)
+        np.testing.assert_allclose(column.numpy(), np.exp(a[:, 3]) * 2, rtol=1e-5)
+        np.testing.assert_allclose(transposed.numpy(), (np.exp(a) * 2).T, rtol=1e-5)
+        np.testing.assert_array_equal(strided.numpy(), a[1:, ::2])
+        np.testing.assert_allclose(y.numpy(), np.exp(a) * 2, rtol=1e-5)
+        assert transposed.strides_elements == (1, 10) and strided.strides_elements == (10, 2)
+    d = delta(before)
+    assert d["run_captures"] == 1 and d["run_replays"] == 2
+    del x, y, column, transposed, strided, s
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
+
+
+def test_slices_alike_but_for_their_layout_are_other_runs():
+    a = rand(64)
+    x = clients.asarray(a)
+    cases = [(slice(1, 64), 1), (slice(0, 63), 1), (slice(0, 64, 2), 1), (slice(0, 32), 1), (slice(32, 64), 2)]
+    before = counts()
+    for _ in range(3):
+        for key, scale in cases:
+            np.testing.assert_allclose((x[key] * 2.0 + scale).numpy(), a[key] * 2 + scale, rtol=1e-6)
+    assert delta(before)["run_replays"] == len(cases)
+    m = clients.asarray(a.reshape(8, 8))
+    for _ in range(3):  # a reshape, and a transpose of the same shape
+        np.testing.assert_allclose((x.reshape(8, 8) - 1.0).numpy(), a.reshape(8, 8) - 1, rtol=1e-6)
+        np.testing.assert_allclose((m.T - 1.0).numpy(), a.reshape(8, 8).T - 1, rtol=1e-6)
