@@ -520,7 +520,7 @@ def flat_index(shape: Any, dtype: Any = None, device: Any = None, fused: bool = 
     client = _device_client(device)
     out = _tuple_new(TensorIr, (next(_ids), shape, target)) if fused else _new(client, shape, target)
     t = Tensor._make(client, out.id, shape, target)
-    client.register(ElementwiseOp("iota", (), target, out))
+    client.record(_tuple_new(ElementwiseOp, ("iota", (), target, out, None, ())))
     return t
 
 

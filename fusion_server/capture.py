@@ -322,7 +322,7 @@ def replay(ctx, capture: Capture, ins: list[Entry], in_storages: list[Storage], 
     entries = ctx.entries
     storages: dict = {}
     buffers = list(map(BUFFER_OF, in_storages))
-    donated = []
+    donated: dict = {}  # input number -> (its storage, the storage that takes its buffer over)
     for ir, (src, nbytes, strides, offset, contiguous) in zip(out_irs, capture.outputs):
         kind = src[0]
         if kind == SLOT:
@@ -331,9 +331,14 @@ def replay(ctx, capture: Capture, ins: list[Entry], in_storages: list[Storage], 
                 st = storages[src[1]] = Storage(nbytes, PENDING)
                 st.writer = ir.id
         elif kind == DONATED:  # the input's buffer taken over, as the traced block did (below)
-            st = Storage(nbytes, PENDING)
-            st.writer = ir.id
-            donated.append((in_storages[src[1]], st))
+            # (once per input: a value and the views of it that the user holds share it)
+            taker = donated.get(src[1])
+            if taker is None:
+                st = Storage(nbytes, PENDING)
+                st.writer = ir.id
+                donated[src[1]] = (in_storages[src[1]], st)
+            else:
+                st = taker[1]
         elif kind == INPUT:
             st = in_storages[src[1]]
         elif kind == CONST:
@@ -343,11 +348,11 @@ def replay(ctx, capture: Capture, ins: list[Entry], in_storages: list[Storage], 
         entries[ir.id] = Entry(ir, st, strides, offset, contiguous)
     # Only once every output has its entry (what an interrupt before leaves, the recovery
     # fails whole, and a donor keeps its buffer for the next try).
-    for donor, st in donated:
+    for donor, st in donated.values():
         ctx.take_over(donor, st)
     written = list(storages.values())
     if donated:
-        written += [st for _, st in donated]
+        written += [st for _, st in donated.values()]
     if FAILED in map(STATUS_OF, in_storages):
         e = next(e for e in ins if e.storage.status == FAILED)
         ctx.fail(written, after_failed_input(f"clients.jit call of {capture.name}", e.ir.id, e.storage.error))

@@ -128,8 +128,13 @@ def run_of(queue: Iterable, entries: dict, tid: int | None = None,
     cannot be cached (an op of another kind, a tensor from outside not written yet, nor
     pending on `stream`, if given) or does not write `tid`, if given."""
     ops = list(map(_OP, queue))
+    kinds = set(map(type, ops))
+    if NoneType in kinds:
+        # A handle kept alive until the ops before it are registered (the old value of an
+        # assignment's `x[k] = v`): no op of the run; its handle counts in `liveness`.
+        ops = [op for op in ops if op is not None]
+        kinds.discard(NoneType)
     if len(ops) < len(_CODES):
-        kinds = set(map(type, ops))
         if kinds <= _FLAT:
             if ViewOp in kinds:  # (a slice, a transpose: as an element-wise op with its layout for static part)
                 ops = [op if type(op) is ElementwiseOp else _view_as_elementwise(op) for op in ops]
@@ -164,7 +169,7 @@ def run_of(queue: Iterable, entries: dict, tid: int | None = None,
             extra = (op.name, op.axes, op.acc) if kind is ReduceOp else (op.compute,)
             parts.append((kind.__name__, extra, out.shape, out.dtype, args))
         else:
-            return None  # (None: a handle kept until the ops before it are registered)
+            return None
         code[out[0]] = (n,)
         outputs.append(out)
     return _with_inputs(tuple(parts), code, inputs, outputs, entries, tid, stream)

@@ -44,7 +44,7 @@ def test_recording_stays_off_the_lock_until_a_batch(client, monkeypatch):
 
 
 def test_views_are_recorded_with_the_ops_off_the_lock(client, monkeypatch, baseline):
-    """A slice, a transpose, a new axis join the thread's queue as its ops do (a locked
+    """A slice, a transpose, a new axis, an arange join the thread's queue as its ops do (a locked
     section each cost a slice five times an op), and take effect in order with them."""
     monkeypatch.setattr(client, "channel", "inbox")
     a = rand((8, 12))
@@ -55,9 +55,12 @@ def test_views_are_recorded_with_the_ops_off_the_lock(client, monkeypatch, basel
     assert client.server.handles.entries.get(y._id) is None
     for _ in range(3):
         x[1:]  # noqa: B018 (dropped at once, in the inbox)
+    r = clients.arange(12, dtype=clients.float32)  # (an iota: recorded as the others)
+    assert queued(client) == 8
+    np.testing.assert_array_equal(r.numpy(), np.arange(12, dtype=np.float32))
     np.testing.assert_allclose(y.numpy(), (a * 2)[1:, ::2].T[None], rtol=1e-6)
     assert queued(client) == 0
-    del x, y
+    del x, y, r
     settle()
     assert clients.stats()["buffers_live"] == baseline and clients.stats()["pending_ops"] == 0
 

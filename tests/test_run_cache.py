@@ -940,3 +940,50 @@ def test_slices_alike_but_for_their_layout_are_other_runs():
     for _ in range(3):  # a reshape, and a transpose of the same shape
         np.testing.assert_allclose((x.reshape(8, 8) - 1.0).numpy(), a.reshape(8, 8) - 1, rtol=1e-6)
         np.testing.assert_allclose((m.T - 1.0).numpy(), a.reshape(8, 8).T - 1, rtol=1e-6)
+
+
+def test_assignments_in_a_loop_replay_and_views_of_the_old_value_keep_it(baseline):
+    """`y[k] = v` rebinds y to a new value and keeps the old one's handle queued until
+    the ops before it are registered; such a queue is still a run."""
+    a = rand((12, 16))
+    x = clients.asarray(a)
+    before = counts()
+    for _ in range(4):
+        y = x * 2.0
+        old_row = y[1]  # a view of the value before the assignment: it keeps its values
+        y[:, 0] = 1.0
+        y[2:4, ::3] = -1.0
+        want = a * 2
+        want[:, 0] = 1
+        want[2:4, ::3] = -1
+        np.testing.assert_allclose(y.numpy(), want, rtol=1e-6)
+        np.testing.assert_allclose(old_row.numpy(), a[1] * 2, rtol=1e-6)
+    assert delta(before)["run_replays"] == 2
+    del x, y, old_row
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
+
+
+@pytest.mark.parametrize("form", ["upload", "dropped input"])
+def test_a_value_and_its_views_over_a_dying_inputs_buffer_share_it_in_a_replay(form, baseline):
+    """The run's input dies and its buffer is taken over by the run's value; the user
+    holds that value and views of it: the replay takes the buffer over once, for all of
+    them (one storage per input taken over, as per slot)."""
+    a = np.arange(48, dtype=np.float32).reshape(6, 8)
+    before = counts()
+    for _ in range(4):
+        if form == "upload":
+            y = clients.asarray(a) * 1.0  # (the upload dies in the run)
+        else:
+            x = clients.asarray(a)
+            y = x * 2.0
+            del x
+        rows, cols = y[2:], y[:, ::2]
+        scale = 1 if form == "upload" else 2
+        np.testing.assert_array_equal(rows.numpy(), a[2:] * scale)
+        np.testing.assert_array_equal((cols + 0.0).numpy(), a[:, ::2] * scale)
+        np.testing.assert_array_equal(y.numpy(), a * scale)
+    assert delta(before)["run_replays"] == 4  # (two runs a pass: the read of rows, and cols + 0)
+    del y, rows, cols
+    settle()
+    assert clients.stats()["buffers_live"] == baseline
