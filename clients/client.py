@@ -32,7 +32,7 @@ import numpy as np
 
 from fusion_server.compiling import NeedsCompile
 from fusion_server.errors import DroppedTensorError, FusionError, ReentrancyError
-from fusion_server.ir import OperationIr, TensorIr, outputs_of
+from fusion_server.ir import OperationIr, TensorIr, ViewOp, outputs_of
 from fusion_server.runtime import waits
 from fusion_server.server import MODES, FusionServer, Recorder
 
@@ -521,7 +521,9 @@ class FusionClient:
     def stats(self) -> dict:
         def counted(server: FusionServer) -> dict:
             out = server.stats()  # (pending_ops: also what threads recorded and have not registered)
-            out["pending_ops"] += sum(1 for q in list(self.queues.values()) for item in list(q) if item[1] is not None)
+            # (a view is no work to run: it only makes an entry when registered)
+            out["pending_ops"] += sum(1 for q in list(self.queues.values()) for item in list(q)
+                                      if item[1] is not None and type(item[1]) is not ViewOp)
             return out
 
         return self.call(counted)

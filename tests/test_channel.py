@@ -65,6 +65,31 @@ def test_views_are_recorded_with_the_ops_off_the_lock(client, monkeypatch, basel
     assert clients.stats()["buffers_live"] == baseline and clients.stats()["pending_ops"] == 0
 
 
+@pytest.mark.timeout(TIMEOUT)
+def test_pending_ops_counts_another_threads_queued_ops_but_not_its_views(client, monkeypatch):
+    monkeypatch.setattr(client, "channel", "inbox")
+    x = clients.asarray(rand(40))
+    settle()
+    made, release = threading.Event(), threading.Event()
+    box: dict = {}
+
+    def producer():
+        box["y"] = clients.sin(x) + 1.0
+        box["view"] = box["y"][::2].reshape(4, 5)
+        made.set()
+        release.wait(TIMEOUT)
+
+    t = threading.Thread(target=producer)
+    t.start()
+    try:
+        assert made.wait(TIMEOUT)
+        assert clients.stats()["pending_ops"] == 2  # sin and add; the two views run nothing
+    finally:
+        release.set()
+        t.join(TIMEOUT)
+    np.testing.assert_allclose(box["view"].numpy(), (np.sin(rand(40)) + 1)[::2].reshape(4, 5), rtol=1e-5)
+
+
 def test_an_input_dropped_before_its_reader_is_registered_stays_alive(channel, baseline):
     a = rand(100)
     x = clients.asarray(a)
