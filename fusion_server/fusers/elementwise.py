@@ -33,14 +33,16 @@ log = logging.getLogger("fusion_server")
 # vectors along each row with a scalar tail (see KernelSpec.rows).
 ROW_VECTORS_MIN = 4
 # Strided blocks on drivers that run work-items in lanes take a 2-D grid (KernelSpec.grid)
-# for rows of this many elements or more; shorter rows keep vectors along each row. The
-# heat step over 2^22 float32 on Intel's CPU runtime, 2 Zen 4 cores, kernel ms of the grid
-# against vectors along rows (two runs each) by row length: 64: 1.92, 1.74 against 1.53,
-# 1.56; 128: 1.37 to 1.67 against 1.51 to 1.66; 512: 1.49, 1.65 against 1.65, 1.84; 1024:
-# 1.48, 1.53 against 1.70, 1.95; 2048: 1.74, 1.75 against 2.08, 2.05; 4096: 1.56, 1.70
-# against 2.39, 2.10. (The box blur of x * x over 2048^2: 1.83 against 2.56; y - y.T
-# 12.6 against 16.7.)
-GRID_ROW_MIN = 256
+# for rows of this many elements or more; shorter rows keep scalar code over the flat
+# index. Kernel us on Intel's CPU runtime, 2 Zen 4 cores, the grid against vectors along
+# rows (the choice for rows under 256 before 2026-12-06), two processes each, the box blur
+# and the heat step of x * x by (rows, columns) of x: blur (4098, 66) 185, 290 against
+# 780, 747; (65538, 66) 2323, 2285 against 15450, 14389; (16386, 18) 360, 349 against 734,
+# 625; (8194, 34) 253, 240 against 727, 648; (256, 256) 47, 62 against 571, 795; heat
+# (65538, 66) 1829, 1825 against 7970, 8742; (16386, 18) 294, 404 against 646, 511. Rows
+# of 3 and 8 went the other way (blur (65538, 5) 1312, 1500 against 588, 921 for scalar
+# code; (32770, 10) 918, 1219 against 772, 1211).
+GRID_ROW_MIN = 16
 
 
 class ElementwiseFuser(LimitedFuser):
