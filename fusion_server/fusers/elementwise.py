@@ -14,11 +14,12 @@ import logging
 from .. import dtypes as dt
 from ..codegen import elementwise as cg
 from ..codegen import signature as sig
+from ..codegen import transpose as tg
 from ..codegen.layout import broadcast_strides, classify, collapse
 from ..context import BlockContext
 from ..errors import TensorFailedError, after_failed_input
 from ..handles import FAILED, PENDING, Entry
-from ..ir import ElementwiseOp, OperationIr, outputs_of, size_of, tensor_inputs
+from ..ir import ElementwiseOp, OperationIr, contiguous_strides, outputs_of, size_of, tensor_inputs
 from ..plans import PlanRejected
 from .base import LimitedFuser
 from .remap import budget_of, composed_layout, cone_cost, cone_of, plan_remap, size_runs, value_target, view_map
@@ -43,6 +44,13 @@ ROW_VECTORS_MIN = 4
 # of 3 and 8 went the other way (blur (65538, 5) 1312, 1500 against 588, 921 for scalar
 # code; (32770, 10) 918, 1219 against 772, 1211).
 GRID_ROW_MIN = 16
+# On CPU devices a block input that is a transposed matrix (`m.T`, read down its columns)
+# of this many elements or more is first copied row-major by the blocked transpose kernel
+# (codegen/transpose.py), and the block reads the copy as a contiguous input. 2048^2
+# float32 on 2 Zen 4 cores, kernel us: `m.T + 1` 11706 (PoCL 3.0) and 13347 (Intel's CPU
+# runtime) read in place, against numpy's 852 (its result keeps the input's order); see
+# BENCHMARKS.md (2026-12-06, before midnight) for the packed figures.
+PACK_TRANSPOSED_MIN = 1 << 16
 
 
 class ElementwiseFuser(LimitedFuser):
@@ -355,13 +363,15 @@ class ElementwisePlan:
         out_entries = [entries[ops[j].out.id] for j in recipe.needed]
 
         views = tuple(entries[ops[j].inputs[s]] for j, s, _ in remap_slots)
+        packs = _transposed_inputs(ctx, ops, recipe, in_entries)
         memo_key = (tuple((e.ir.shape, e.strides, e.offset, e.storage.nbytes) for e in in_entries),
                     tuple((v.ir.shape, v.strides, v.offset) for v in views),
-                    tuple(op.out.shape for op in ops), ctx.widths, ctx.pack_lanes)
+                    tuple(op.out.shape for op in ops), ctx.widths, ctx.pack_lanes, tuple(packs))
         layout = recipe.layouts.get(memo_key)
         if layout is None:
             maps = self._view_maps(remap_slots, entries) if remap_slots else None
-            layout = _layout(ctx, ops, recipe, in_entries, maps)
+            layout = _layout(ctx, ops, recipe, [_Packed(e) if k in packs else e for k, e in enumerate(in_entries)],
+                             maps)
             if len(recipe.layouts) >= 64:  # (sizes that never recur would grow it without bound)
                 recipe.layouts.clear()
             recipe.layouts[memo_key] = layout
@@ -397,6 +407,14 @@ class ElementwisePlan:
                 return None
             built = recipe.kernels[key] = (kernel_spec.spec, kernel_spec.kernel, params)
         spec, kernel, params = built
+        for k, pack in packs.items():  # (every kernel built before anything runs)
+            transpose = ctx.build_or_fail(tg.TransposeSpec(in_entries[k].ir.dtype, pack[3], blocks=True),
+                                          f"element-wise block ({', '.join(recipe.names)})", out_entries)
+            if transpose is None:
+                return None
+            packs[k] = (*pack[:3], transpose)
+        # (a packed input's buffer is read through its copy: never taken over by an output)
+        donor_classes = tuple("packed" if k in packs else c for k, c in enumerate(classes)) if packs else classes
 
         def launch() -> None:
             failed = next((e for e in in_entries if e.storage.status == FAILED), None)
@@ -408,23 +426,41 @@ class ElementwisePlan:
             if None in in_buffers:  # a bug, never a crash on the device: fail the block instead
                 raise RuntimeError("an input of the block has no buffer")
             try:
-                donors = _donors(ctx, in_entries, classes, recipe.in_slots, recipe.input_reads)
+                donors = _donors(ctx, in_entries, donor_classes, recipe.in_slots, recipe.input_reads)
                 out_buffers = [_take_donor(ctx, donors, e) or ctx.allocate(e.storage) for e in out_entries]
             except Exception as exc:
                 ctx.fail([e.storage for e in out_entries], exc)
                 return
-            if n:
-                meta = [ctx.metadata_buffer(cg.metadata(spec, dims, layouts))] if cg.has_metadata(spec) else []
-                args = sig.bind(params, size=[spec_index_value(index, n)], meta=meta, out=out_buffers,
-                                scalar=scalars, input=in_buffers)
-                W = spec.width
-                if spec.grid:
-                    columns = _grid_columns(ctx, dims[-1])
-                    ctx.launch(kernel, (-(-dims[-1] // columns) * columns, n // dims[-1]), (columns, 1), args,
-                               "elementwise", recipe.names, len(args), n)
-                else:
-                    items = n // dims[-1] * ((dims[-1] + W - 1) // W) if spec.rows else (n + W - 1) // W
-                    ctx.launch_items(kernel, items, args, "elementwise", recipe.names, len(args))
+            scratch = []
+            try:
+                if n:
+                    copies: dict[tuple, object] = {}  # one copy per layout of a storage (`m.T + m.T * 3`)
+                    for k, (rows, cols, source, transpose) in packs.items():
+                        e = in_entries[k]
+                        tid, read = e.ir.id, (id(e.storage), e.offset, e.strides, e.ir.shape)
+                        if read not in copies:
+                            nbytes = rows * cols * in_entries[k].ir.dtype.itemsize
+                            scratch.append((ctx.pool.alloc(nbytes), nbytes))
+                            sizes = (spec_index_value(transpose.spec.index, v) for v in (*source, rows, cols))
+                            args = [scratch[-1][0], in_buffers[k], *sizes]
+                            ctx.launch(transpose.kernel, *tg.grid(transpose.spec, rows, cols), args, "elementwise",
+                                       [f"copy tensor {tid} row-major (a transposed input)"], len(args))
+                            copies[read] = scratch[-1][0]
+                        in_buffers[k] = copies[read]
+                    meta = [ctx.metadata_buffer(cg.metadata(spec, dims, layouts))] if cg.has_metadata(spec) else []
+                    args = sig.bind(params, size=[spec_index_value(index, n)], meta=meta, out=out_buffers,
+                                    scalar=scalars, input=in_buffers)
+                    W = spec.width
+                    if spec.grid:
+                        columns = _grid_columns(ctx, dims[-1])
+                        ctx.launch(kernel, (-(-dims[-1] // columns) * columns, n // dims[-1]), (columns, 1), args,
+                                   "elementwise", recipe.names, len(args), n)
+                    else:
+                        items = n // dims[-1] * ((dims[-1] + W - 1) // W) if spec.rows else (n + W - 1) // W
+                        ctx.launch_items(kernel, items, args, "elementwise", recipe.names, len(args))
+            finally:  # (the in-order queue runs the copies before any later use of their buffers)
+                for buffer, nbytes in scratch:
+                    ctx.pool.free(buffer, nbytes)
             ctx.mark_ready([e.storage for e in out_entries])
 
         return launch
@@ -615,6 +651,45 @@ def _layout(ctx: BlockContext, ops: list[ElementwiseOp], recipe: _Recipe, in_ent
         if all(j == k for k, j in enumerate(shares)):
             shares = ()
     return n, tuple(classes), layouts, dims, width, index, rank, rows, shares, grid
+
+
+class _Packed:
+    """An input's layout as the block reads it once copied row-major (see
+    PACK_TRANSPOSED_MIN): contiguous, from offset 0, in a buffer of its own size."""
+
+    __slots__ = ("ir", "strides", "offset", "contiguous", "storage")
+
+    def __init__(self, entry: Entry):
+        self.ir = entry.ir
+        self.strides = contiguous_strides(entry.ir.shape)
+        self.offset = 0
+        self.contiguous = True
+        self.storage = _Size(size_of(entry.ir.shape) * entry.ir.dtype.itemsize)
+
+
+_Size = collections.namedtuple("_Size", "nbytes")  # (what _layout reads of a storage)
+
+
+def _transposed_inputs(ctx: BlockContext, ops: list[ElementwiseOp], recipe: _Recipe,
+                       in_entries: list[Entry]) -> dict[int, tuple]:
+    """The inputs to copy row-major before the block on a CPU device (PACK_TRANSPOSED_MIN):
+    {input number: (rows, cols, (offset, row stride, column stride) of the source, index
+    type)}, as the transpose kernel takes them (codegen/transpose.py; its rows x cols
+    source is the input's transpose). An input qualifies when it is a matrix whose
+    elements lie down its columns (strides (1, s), s at least its rows), read by its op at
+    its own shape (not broadcast, nor at a recomputed view's coordinates)."""
+    if ctx.info.kind != "CPU":
+        return {}
+    packs = {}
+    for k, (slot, e) in enumerate(zip(recipe.in_slots, in_entries)):
+        shape, strides = e.ir.shape, e.strides
+        if len(shape) != 2 or len(slot) == 4 or slot[0] in recipe.singles or ops[slot[0]].out.shape != shape \
+                or shape[0] * shape[1] < PACK_TRANSPOSED_MIN or strides[0] != 1 or strides[1] < shape[0] \
+                or shape[0] == 1 or e.ir.dtype.kind == "c":
+            continue
+        index = index_type(max(size_of(shape), e.storage.nbytes // e.ir.dtype.itemsize))
+        packs[k] = (shape[1], shape[0], (e.offset, strides[1], 1), index)
+    return packs
 
 
 def _grid_columns(ctx: BlockContext, row: int) -> int:
