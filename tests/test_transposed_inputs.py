@@ -61,6 +61,11 @@ def test_small_transposes_and_recomputed_values_are_read_in_place():
     with clients.inspect() as rec:  # below PACK_TRANSPOSED_MIN
         np.testing.assert_allclose((m.T + 1.0).numpy(), a.T + 1, rtol=1e-6)
     assert len(rec.kernels) == 1
+    row = rand((1, 70000))
+    r = clients.asarray(row)
+    with clients.inspect() as rec:  # a row's transpose is a column, in order already: no copy
+        np.testing.assert_allclose((r.T * 2.0).numpy(), row.T * 2, rtol=1e-6)
+    assert len(rec.kernels) == 1
     b = rand((300, 300))
     t = clients.asarray(b)
     with clients.inspect() as rec:  # a value of the block read transposed: recomputed, one kernel

@@ -685,7 +685,7 @@ def _transposed_inputs(ctx: BlockContext, ops: list[ElementwiseOp], recipe: _Rec
         shape, strides = e.ir.shape, e.strides
         if len(shape) != 2 or len(slot) == 4 or slot[0] in recipe.singles or ops[slot[0]].out.shape != shape \
                 or shape[0] * shape[1] < PACK_TRANSPOSED_MIN or strides[0] != 1 or strides[1] < shape[0] \
-                or shape[0] == 1 or e.ir.dtype.kind == "c":
+                or shape[0] == 1 or shape[1] == 1 or e.ir.dtype.kind == "c":  # (one row or column: in order)
             continue
         index = index_type(max(size_of(shape), e.storage.nbytes // e.ir.dtype.itemsize))
         packs[k] = (shape[1], shape[0], (e.offset, strides[1], 1), index)
