@@ -61,22 +61,29 @@ def recurring(fn, times: int = 4):
     return deltas, values
 
 
-def test_a_recurring_run_is_noted_then_captured_then_replayed_as_one_kernel():
-    a, b, c = (rand(1000, seed=s) for s in range(3))
-    ta, tb, tc = (clients.asarray(v) for v in (a, b, c))
-    want = chain(a, b, c, np)
-    deltas, values = recurring(lambda: chain(ta, tb, tc, clients).numpy())
+def assert_recurs_as_one_kernel(read, want: np.ndarray, explained: str = "replayed from the run cache") -> None:
+    """`read()` four times: noted, captured, then replayed twice, each time one kernel and
+    no op through a stream; once more under inspect(), whose explanation names the replay."""
+    deltas, values = recurring(read)
     for got in values:
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert [d["run_captures"] for d in deltas] == [0, 1, 0, 0]
     assert [d["run_replays"] for d in deltas] == [0, 0, 1, 1]
     assert all(d["kernels_launched"] == 1 for d in deltas)
-    assert deltas[2]["plan_hits"] == deltas[2]["explorations"] == 0  # (no op reached a stream)
+    for d in deltas[2:]:
+        assert d["plan_hits"] == d["explorations"] == 0  # (no op reached a stream)
     with clients.inspect() as rec:
-        got = chain(ta, tb, tc, clients).numpy()
+        got = read()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert len(rec.kernels) == 1
-    assert "replayed from the run cache: a recurring run of 16 ops" in rec.explain()
+    assert explained in rec.explain()
+
+
+def test_a_recurring_run_is_noted_then_captured_then_replayed_as_one_kernel():
+    a, b, c = (rand(1000, seed=s) for s in range(3))
+    ta, tb, tc = (clients.asarray(v) for v in (a, b, c))
+    assert_recurs_as_one_kernel(lambda: chain(ta, tb, tc, clients).numpy(), chain(a, b, c, np),
+                                "replayed from the run cache: a recurring run of 16 ops")
 
 
 def test_new_inputs_and_new_scalar_values_give_their_own_values():
@@ -889,18 +896,7 @@ def _blur_of_square(x) -> np.ndarray:
 def test_a_stencil_of_slices_recurs_as_one_run_replayed_as_one_kernel(baseline):
     img = rand((40, 56))
     x = clients.asarray(img)
-    want = box_blur(img * img)
-    deltas, values = recurring(partial(_blur_of_square, x))
-    for got in values:
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    assert [d["run_captures"] for d in deltas] == [0, 1, 0, 0]
-    assert [d["run_replays"] for d in deltas] == [0, 0, 1, 1]
-    assert all(d["kernels_launched"] == 1 for d in deltas)
-    assert deltas[3]["plan_hits"] == deltas[3]["explorations"] == 0  # (no op reached a stream)
-    with clients.inspect() as rec:
-        got = box_blur(x * x).numpy()
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    assert len(rec.kernels) == 1 and "replayed from the run cache" in rec.explain()
+    assert_recurs_as_one_kernel(partial(_blur_of_square, x), box_blur(img * img))
     del x
     settle()
     assert clients.stats()["buffers_live"] == baseline
