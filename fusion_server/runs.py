@@ -134,12 +134,11 @@ def run_of(queue: Iterable, entries: dict, tid: int | None = None,
         # assignment's `x[k] = v`): no op of the run; its handle counts in `liveness`.
         ops = [op for op in ops if op is not None]
         kinds.discard(NoneType)
-    if len(ops) < len(_CODES):
-        if kinds <= _FLAT:
-            if ViewOp in kinds:  # (a slice, a transpose: as an element-wise op with its layout for static part)
-                ops = [op if type(op) is ElementwiseOp else _view_as_elementwise(op) for op in ops]
-            key, code, inputs, outputs = _elementwise_run(ops)
-            return _with_inputs(key, code, inputs, outputs, entries, tid, stream)
+    if len(ops) < len(_CODES) and kinds <= _FLAT:
+        if ViewOp in kinds:  # (a slice, a transpose: as an element-wise op with its layout for static part)
+            ops = [op if type(op) is ElementwiseOp else _view_as_elementwise(op) for op in ops]
+        key, code, inputs, outputs = _elementwise_run(ops)
+        return _with_inputs(key, code, inputs, outputs, entries, tid, stream)
     # Tensor id -> (position,) of the op that writes it, or (-1 - input number,): tuples,
     # so that an operand mapped through `code` is an int only when it is a tensor from
     # outside seen for the first time (a Scalar maps to itself: its value is in the key).

@@ -407,12 +407,12 @@ class ElementwisePlan:
                 return None
             built = recipe.kernels[key] = (kernel_spec.spec, kernel_spec.kernel, params)
         spec, kernel, params = built
-        for k, pack in packs.items():  # (every kernel built before anything runs)
-            transpose = ctx.build_or_fail(tg.TransposeSpec(in_entries[k].ir.dtype, pack[3], blocks=True),
-                                          f"element-wise block ({', '.join(recipe.names)})", out_entries)
-            if transpose is None:
+        transposes = {}  # input number -> its copy's kernel (every kernel built before anything runs)
+        for k, (_, _, _, transpose_spec) in packs.items():
+            transposes[k] = ctx.build_or_fail(transpose_spec, f"element-wise block ({', '.join(recipe.names)})",
+                                              out_entries)
+            if transposes[k] is None:
                 return None
-            packs[k] = (*pack[:3], transpose)
         # (a packed input's buffer is read through its copy: never taken over by an output)
         donor_classes = tuple("packed" if k in packs else c for k, c in enumerate(classes)) if packs else classes
 
@@ -435,16 +435,16 @@ class ElementwisePlan:
             try:
                 if n:
                     copies: dict[tuple, object] = {}  # one copy per layout of a storage (`m.T + m.T * 3`)
-                    for k, (rows, cols, source, transpose) in packs.items():
-                        e = in_entries[k]
-                        tid, read = e.ir.id, (id(e.storage), e.offset, e.strides, e.ir.shape)
+                    for k, (rows, cols, source, _) in packs.items():
+                        e, transpose = in_entries[k], transposes[k]
+                        read = (id(e.storage), e.offset, e.strides, e.ir.shape)
                         if read not in copies:
-                            nbytes = rows * cols * in_entries[k].ir.dtype.itemsize
+                            nbytes = rows * cols * e.ir.dtype.itemsize
                             scratch.append((ctx.pool.alloc(nbytes), nbytes))
                             sizes = (spec_index_value(transpose.spec.index, v) for v in (*source, rows, cols))
                             args = [scratch[-1][0], in_buffers[k], *sizes]
                             ctx.launch(transpose.kernel, *tg.grid(transpose.spec, rows, cols), args, "elementwise",
-                                       [f"copy tensor {tid} row-major (a transposed input)"], len(args))
+                                       [f"copy tensor {e.ir.id} row-major (a transposed input)"], len(args))
                             copies[read] = scratch[-1][0]
                         in_buffers[k] = copies[read]
                     meta = [ctx.metadata_buffer(cg.metadata(spec, dims, layouts))] if cg.has_metadata(spec) else []
@@ -673,9 +673,9 @@ _Size = collections.namedtuple("_Size", "nbytes")  # (what _layout reads of a st
 def _transposed_inputs(ctx: BlockContext, ops: list[ElementwiseOp], recipe: _Recipe,
                        in_entries: list[Entry]) -> dict[int, tuple]:
     """The inputs to copy row-major before the block on a CPU device (PACK_TRANSPOSED_MIN):
-    {input number: (rows, cols, (offset, row stride, column stride) of the source, index
-    type)}, as the transpose kernel takes them (codegen/transpose.py; its rows x cols
-    source is the input's transpose). An input qualifies when it is a matrix whose
+    {input number: (rows, cols, (offset, row stride, column stride) of the source, the
+    kernel's TransposeSpec)}, as the transpose kernel takes them (codegen/transpose.py; its
+    rows x cols source is the input's transpose). An input qualifies when it is a matrix whose
     elements lie down its columns (strides (1, s), s at least its rows), read by its op at
     its own shape (not broadcast, nor at a recomputed view's coordinates)."""
     if ctx.info.kind != "CPU":
@@ -688,7 +688,7 @@ def _transposed_inputs(ctx: BlockContext, ops: list[ElementwiseOp], recipe: _Rec
                 or shape[0] == 1 or shape[1] == 1 or e.ir.dtype.kind == "c":  # (one row or column: in order)
             continue
         index = index_type(max(size_of(shape), e.storage.nbytes // e.ir.dtype.itemsize))
-        packs[k] = (shape[1], shape[0], (e.offset, strides[1], 1), index)
+        packs[k] = (shape[1], shape[0], (e.offset, strides[1], 1), tg.TransposeSpec(e.ir.dtype, index, blocks=True))
     return packs
 
 
