@@ -286,6 +286,14 @@ class BlockContext:
         local = self.group_size(items, heavy)
         self.launch(kernel, (items + local - 1) // local * local, local, args, kind, ops, bindings, items)
 
+    def launch_grid(self, kernel: cl.Kernel, rows: int, row: int, args: list, kind: str, ops: list[str],
+                    bindings: int) -> None:
+        """`launch` over a 2-D grid of `rows` rows of `row` work-items, the rows padded to
+        whole groups of the device's group size (or of the power of two that covers a
+        shorter row); the kernel returns for work-items past a row's end."""
+        columns = min(self.local_size, 1 << (row - 1).bit_length())
+        self.launch(kernel, (-(-row // columns) * columns, rows), (columns, 1), args, kind, ops, bindings, rows * row)
+
     def launch(self, kernel: cl.Kernel, global_size: int | tuple, local_size: int | tuple | None, args: list,
                kind: str, ops: list[str], bindings: int, items: int | None = None) -> None:
         """Enqueue `kernel` over a 1-, 2- or 3-D grid and record it for `inspect()`."""

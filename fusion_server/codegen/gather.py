@@ -5,10 +5,15 @@ One kernel moves elements: `dst[d] = src[s]` over an iteration space, with d and
 offset plus coordinates times strides, plus each index array's value times its axis's
 stride. A gather walks its output and reads through the selected region; a scatter first
 copies the old values into the output, then walks the value and writes into the region.
+
+Coordinates cost 64-bit divisions, the dearest part of the kernel on CPU devices: a 1-D
+space needs none, and a space whose last axis is long runs over a 2-D grid (that axis,
+the rows before it) with a division per axis only for the axes before the last two.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -22,16 +27,45 @@ class MoveSpec(NamedTuple):
     dtype: np.dtype  # of the elements moved
     index_dtypes: tuple[np.dtype, ...]
     rank: int  # dimensions of the iteration space
+    grid: bool = False  # a 2-D launch: the last axis, and the rows of the axes before it
+    # Strides that are 0 or 1, spelled as constants (else None: an argument): those of dst,
+    # src and each index along the last axis walked, then each index's dst and src strides
+    # (a gather's dst stride is 0). Intel's CPU runtime then reads and writes whole vectors
+    # where it made gathers and scatters of runtime strides: a 1-D take of 2^20 float32,
+    # kernel ms on 2 Zen 3 cores, 2.3 to 3.2 against 1.0 for a kernel without them.
+    units: tuple[int | None, ...] = ()
+    # Launched over exactly its work-items (the driver choosing the group size: CPU
+    # devices), the kernel needs no test of its id against the space's end. PoCL 3.0 made
+    # slow code of any such test: a 2048^2 row gather over the grid took 5.7 to 11 ms of
+    # kernel time with it, 0.9 to 2.1 without (2 Zen 3 cores; Intel's runtime: 0.9 to 1.2
+    # either way).
+    guarded: bool = True
+
+# A space of 2 dimensions or more whose last axis has at least this many elements runs as
+# a 2-D grid (MoveSpec.grid), unless its rows exceed GRID_MAX_ROWS (the second dimension
+# of a launch is bounded on some GPUs: 65535 groups of CUDA's grid). Shorter rows keep the
+# flat index (a grid's group would be mostly idle along a row of 3). Kernel ms, 1024 x
+# 1024 float32 gathers of rows (`m[idx]`), PoCL 3.0 / Intel's CPU runtime, 2 Zen 3 cores:
+# flat index 9.8 / 5.4, grid (see BENCHMARKS.md, 2026-12-07).
+GRID_ROW_MIN = 16
+GRID_MAX_ROWS = 65535
+
+
+def use_grid(shape: tuple[int, ...]) -> bool:
+    """Whether an iteration space of `shape` runs over a 2-D grid (see GRID_ROW_MIN)."""
+    return len(shape) >= 2 and shape[-1] >= GRID_ROW_MIN and math.prod(shape[:-1]) <= GRID_MAX_ROWS
 
 
 def kernel_name(spec: MoveSpec) -> str:
-    return f"move_{spec.dtype}_{'_'.join(str(d) for d in spec.index_dtypes)}_{spec.rank}d"
+    grid = ("_grid" if spec.grid else "") + ("" if spec.guarded else "_exact")
+    units = "_" + "".join("n" if u is None else str(u) for u in spec.units) if spec.units else ""
+    return f"move_{spec.dtype}_{'_'.join(str(d) for d in spec.index_dtypes)}_{spec.rank}d{grid}{units}"
 
 
 def generate(spec: MoveSpec) -> tuple[str, str]:
     """(source, kernel name) for `spec`."""
     name = kernel_name(spec)
-    return move_source(spec.dtype, spec.index_dtypes, spec.rank, name), name
+    return move_source(spec.dtype, spec.index_dtypes, spec.rank, name, spec.grid, spec.units, spec.guarded), name
 
 
 def arg_dtypes(spec: MoveSpec) -> None:
@@ -42,13 +76,15 @@ def scalar_variant(spec: MoveSpec) -> None:
     return None  # one element per work-item already
 
 
-def move_source(dtype: np.dtype, index_dtypes: tuple[np.dtype, ...], rank: int, name: str = "move") -> str:
+def move_source(dtype: np.dtype, index_dtypes: tuple[np.dtype, ...], rank: int, name: str = "move",
+                grid: bool = False, units: tuple[int | None, ...] = (), guarded: bool = True) -> str:
     """OpenCL C for `dst[d] = src[s]` over an iteration space of `rank` dimensions.
 
-    Each work-item splits its flat index into coordinates; d and s are an offset plus
-    coordinate times stride per dimension, plus for each index array its value (negative
-    ones wrapped, then clamped into the axis so no read or write leaves the buffers)
-    times that axis's stride.
+    Each work-item finds its coordinates (from its flat index, or with `grid` the last
+    one from the grid's first dimension and the others from its second); d and s are an
+    offset plus coordinate times stride per dimension, plus for each index array its value
+    (negative ones wrapped, then clamped into the axis so no read or write leaves the
+    buffers) times that axis's stride. `units`: MoveSpec.units.
     """
     t = dt.CL_NAME[dtype]
     k_range = range(len(index_dtypes))
@@ -60,62 +96,91 @@ def move_source(dtype: np.dtype, index_dtypes: tuple[np.dtype, ...], rank: int, 
         params += [f"long n{o}", f"long ds{o}", f"long ss{o}"] + [f"long is{k}_{o}" for k in k_range]
     for k in k_range:
         params += [f"long m{k}", f"long da{k}", f"long sa{k}"]
-    body = ["long g = (long)get_global_id(0);", "if (g >= n) return;", "long d = dst_off, s = src_off;"]
+
+    n_walk = 2 + len(index_dtypes)
+    unit = units or (None,) * (n_walk + 2 * len(index_dtypes))
+
+    def add(target: str, times: str, stride: str, u: int | None) -> str:  # `target += times * stride`
+        return "" if u == 0 else f"{target} += {times};" if u == 1 else f"{target} += {times} * {stride};"
+
+    def step(o: int) -> str:  # (coordinate c along axis o)
+        us = unit[:n_walk] if o == rank - 1 else (None,) * n_walk
+        names = [("d", f"ds{o}"), ("s", f"ss{o}")] + [(f"i{k}", f"is{k}_{o}") for k in k_range]
+        return " ".join(filter(None, (add(t, "c", st, u) for (t, st), u in zip(names, us))))
+
+    if grid:  # (the last axis from the grid's first dimension, the rows from its second)
+        split = rank - 1  # (the axes whose coordinates come from g)
+        body = ["long x = (long)get_global_id(0);", "long g = (long)get_global_id(1);"]
+        if guarded:
+            body.append(f"if (x >= n{split}) return;")
+    else:
+        split = rank
+        body = ["long g = (long)get_global_id(0);"] + (["if (g >= n) return;"] if guarded else [])
+    body.append("long d = dst_off, s = src_off;")
     body += [f"long i{k} = idx{k}_off;" for k in k_range]
-    for o in reversed(range(rank)):
-        walk = "".join(f" i{k} += c * is{k}_{o};" for k in k_range)
-        body.append(f"{{ long c = g % n{o}; g /= n{o}; d += c * ds{o}; s += c * ss{o};{walk} }}")
+    if grid:
+        body.append(f"{{ long c = x; {step(split)} }}")
+    for o in reversed(range(split)):  # (the first axis takes what is left: no division)
+        body.append(f"{{ long c = g; {step(o)} }}" if o == 0 else
+                    f"{{ long q = g / n{o}; long c = g - q * n{o}; {step(o)} g = q; }}")
     for k in k_range:
+        da, sa = unit[n_walk + 2 * k:n_walk + 2 * k + 2]
         body.append(f"{{ long v = (long)idx{k}[i{k}]; if (v < 0) v += m{k}; v = clamp(v, 0L, m{k} - 1);"
-                    f" d += v * da{k}; s += v * sa{k}; }}")
+                    f" {' '.join(filter(None, (add('d', 'v', f'da{k}', da), add('s', 'v', f'sa{k}', sa))))} }}")
     body.append("dst[d] = src[s];")
     return f"__kernel void {name}(" + ", ".join(params) + ") {\n  " + "\n  ".join(body) + "\n}\n"
 
 
-def _elements(a: Any) -> tuple[int, tuple[int, ...]]:
-    """A pyopencl array's offset and strides in elements."""
-    size = a.dtype.itemsize
-    return a.offset // size, tuple(s // size for s in a.strides)
+Layout = tuple  # (shape, offset, strides), offset and strides in elements
 
 
-def move_arguments(inputs, out, *, scatter, region_map, adv, b_map, region) -> tuple[int, list]:
+def _unit(stride: int) -> int | None:
+    """A stride the kernel may spell as a constant (see MoveSpec.units): 0 or 1, else None."""
+    return stride if stride in (0, 1) else None
+
+
+def move_arguments(inputs: list[Layout], out: Layout, *, scatter, region_map, adv, b_map,
+                   region) -> tuple[int, list, tuple[int | None, ...]]:
     """The work-items and arguments of a gather (`out = y[indices]`) or a scatter (`out.y
-    [indices] = value`, once `out` holds the old values). `inputs` and `out` are
-    pyopencl arrays; inputs are (y, *indices) or (old, value, *indices). `region` is the
-    selected region's (shape, strides, offset) in the output for a scatter; a gather
-    reads it from its first input."""
+    [indices] = value`, once `out` holds the old values), with the buffers left None
+    (`set_buffers` fills them in), and MoveSpec.units for them. `inputs` are (y, *indices)
+    or (old, value, *indices). `region` is the selected region's (shape, strides,
+    offset) in the output for a scatter; a gather reads it from its first input."""
     if scatter:  # walk the value; write through the region of the output
-        _, src, *indices = inputs
+        _, (it_shape, src_off, src_walk), *indices = inputs
         region_shape, region_strides, dst_off = region
-        src_off, src_walk = _elements(src)
         dst_walk = [region_strides[r] if r >= 0 else 0 for r in region_map]
         dst_adv = [region_strides[a] for a in adv]
         src_adv = [0] * len(adv)
         sizes = [region_shape[a] for a in adv]
-        it_shape = src.shape
     else:  # walk the output; read through the region (the first input)
-        src, *indices = inputs
-        src_off, y_strides = _elements(src)
-        dst_off, dst_walk = _elements(out)
+        (y_shape, src_off, y_strides), *indices = inputs
+        it_shape, dst_off, dst_walk = out
         src_walk = [y_strides[r] if r >= 0 else 0 for r in region_map]
         dst_adv = [0] * len(adv)
         src_adv = [y_strides[a] for a in adv]
-        sizes = [src.shape[a] for a in adv]
-        it_shape = out.shape
-    n = int(np.prod(it_shape, dtype=np.int64))
+        sizes = [y_shape[a] for a in adv]
+    n = math.prod(it_shape)
     if n == 0:
-        return 0, []
+        return 0, [], ()
     i64 = np.int64
-    args: list[Any] = [out.base_data, i64(dst_off), src.base_data, i64(src_off)]
-    index_strides = []
-    for t in indices:
-        off, st = _elements(t)
-        args += [t.base_data, i64(off)]
-        index_strides.append(st)
+    args: list[Any] = [None, i64(dst_off), None, i64(src_off)]
+    for _, off, _ in indices:
+        args += [None, i64(off)]
     args.append(i64(n))
+    walks = []  # per axis walked: the strides of dst, src and each index
     for o, size in enumerate(it_shape):
-        args += [i64(size), i64(dst_walk[o]), i64(src_walk[o])]
-        args += [i64(st[b_map[o]] if b_map[o] >= 0 else 0) for st in index_strides]
+        walk = [dst_walk[o], src_walk[o]] + [st[b_map[o]] if b_map[o] >= 0 else 0 for _, _, st in indices]
+        args += [i64(size), *map(i64, walk)]
+        walks.append(walk)
     for k in range(len(adv)):
         args += [i64(sizes[k]), i64(dst_adv[k]), i64(src_adv[k])]
-    return n, args
+    advs = [stride for k in range(len(adv)) for stride in (dst_adv[k], src_adv[k])]
+    last = walks[-1] if walks else [None] * (2 + len(indices))  # (a space of rank 0 walks no axis)
+    return n, args, tuple(map(_unit, last + advs))
+
+
+def set_buffers(args: list, dst: Any, src: Any, indices: list) -> None:
+    """Put the buffers into `move_arguments`'s arguments."""
+    args[0], args[2] = dst, src
+    args[4:4 + 2 * len(indices):2] = indices

@@ -452,9 +452,8 @@ class ElementwisePlan:
                                     scalar=scalars, input=in_buffers)
                     W = spec.width
                     if spec.grid:
-                        columns = _grid_columns(ctx, dims[-1])
-                        ctx.launch(kernel, (-(-dims[-1] // columns) * columns, n // dims[-1]), (columns, 1), args,
-                                   "elementwise", recipe.names, len(args), n)
+                        ctx.launch_grid(kernel, n // dims[-1], dims[-1], args, "elementwise", recipe.names,
+                                        len(args))
                     else:
                         items = n // dims[-1] * ((dims[-1] + W - 1) // W) if spec.rows else (n + W - 1) // W
                         ctx.launch_items(kernel, items, args, "elementwise", recipe.names, len(args))
@@ -690,12 +689,6 @@ def _transposed_inputs(ctx: BlockContext, ops: list[ElementwiseOp], recipe: _Rec
         index = index_type(max(size_of(shape), e.storage.nbytes // e.ir.dtype.itemsize))
         packs[k] = (shape[1], shape[0], (e.offset, strides[1], 1), tg.TransposeSpec(e.ir.dtype, index, blocks=True))
     return packs
-
-
-def _grid_columns(ctx: BlockContext, row: int) -> int:
-    """Work-items per group along a row of a grid launch (KernelSpec.grid): the device's
-    group size, or the power of two that covers a shorter row."""
-    return min(ctx.local_size, 1 << (row - 1).bit_length())
 
 
 def _split_point(ops: list[ElementwiseOp], needed: set[int], remaps: dict[int, int],

@@ -15,7 +15,10 @@ from ..codegen import gather as gg
 from ..context import BlockContext
 from ..ir import ConcatOp, MoveOp
 from .base import LonePlan
-from .custom_kernel import array_of
+
+
+def _layout(e) -> gg.Layout:
+    return e.ir.shape, e.offset, e.strides
 
 
 class MovePlan(LonePlan):
@@ -34,21 +37,30 @@ class MovePlan(LonePlan):
         scatter = op.name == "scatter"
         indices = ins[2:] if scatter else ins[1:]
         walked = ins[1].ir.shape if scatter else op.out.shape  # a scatter walks its value, a gather its output
-        spec = gg.MoveSpec(op.out.dtype, tuple(e.ir.dtype for e in indices), len(walked))
+        n, args, units = gg.move_arguments([_layout(e) for e in ins], _layout(out), scatter=scatter,
+                                          region_map=op.region_map, adv=op.adv, b_map=op.b_map, region=op.region)
+        exact = ctx.info.kind == "CPU"  # (launched over exactly its work-items: see MoveSpec.guarded)
+        spec = gg.MoveSpec(op.out.dtype, tuple(e.ir.dtype for e in indices), len(walked), gg.use_grid(walked), units,
+                           not exact)
         built = ctx.build_or_fail(spec, what, [out])
         if built is None:
             return
         ctx.allocate(out.storage)
-        arrays = [array_of(ctx, e) for e in ins]
-        result = array_of(ctx, out)
-        if scatter and arrays[0].size:  # the old values first (one run of elements), in queue order
-            old = arrays[0]
-            ctx.enqueue(cl.enqueue_copy, result.base_data, old.base_data, byte_count=old.nbytes,
-                        src_offset=old.offset, dst_offset=result.offset)
-        n, args = gg.move_arguments(arrays, result, scatter=scatter, region_map=op.region_map, adv=op.adv,
-                                    b_map=op.b_map, region=op.region)
+        old, itemsize = ins[0], op.out.dtype.itemsize
+        if scatter and math.prod(old.ir.shape):  # the old values first (one run of elements), in queue order
+            ctx.enqueue(cl.enqueue_copy, out.storage.buffer, old.storage.buffer,
+                        byte_count=math.prod(old.ir.shape) * itemsize, src_offset=old.offset * itemsize,
+                        dst_offset=out.offset * itemsize)
         if n:
-            ctx.launch_items(built.kernel, n, args, "move", [op.name], len(args))
+            gg.set_buffers(args, out.storage.buffer, ins[1 if scatter else 0].storage.buffer,
+                           [e.storage.buffer for e in indices])
+            row = walked[-1] if spec.grid else n
+            if exact:
+                ctx.launch(built.kernel, (row, n // row) if spec.grid else n, None, args, "move", [op.name], len(args))
+            elif spec.grid:
+                ctx.launch_grid(built.kernel, n // row, row, args, "move", [op.name], len(args))
+            else:
+                ctx.launch_items(built.kernel, n, args, "move", [op.name], len(args))
         ctx.mark_ready([out.storage])
 
 

@@ -1,0 +1,155 @@
+"""Integer-array gathers and scatters: `take`, rows and columns of a matrix by index, and
+rows written by index, against numpy (and PyTorch where installed: on the same GPU where
+it has CUDA, else on the CPU).
+
+    x: float32, 2^22 elements (--size large: a vector, or 2048 x 2048) or 2^20 (small);
+       indices int64, as many as the result has rows (or elements), uniform at random
+
+Each variant runs to completion (the device waited for; numpy on the host), side by side
+in interleaved rounds, with device-resident indices (a host index array is uploaded
+first: a copy, not the gather). Our time includes the bounds check numpy makes too (one
+reduction of the indices, read by the host). With FUSION_PROFILE=1 the move kernel's
+device time is measured too, and its bandwidth: the bytes it must read and write (the
+indices, the elements read, the result).
+
+    python -m benchmarks.gathers [--size small|large] [--repeat N] [--out DIR]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import clients
+
+from . import common
+from . import device_timing as dtime
+
+NAME = "gathers"
+SIDE = {"large": 2048, "small": 1024}
+
+
+def _cases(side: int) -> dict[str, dict[str, Any]]:
+    """name: numpy's inputs, ours, the expression in each namespace, bytes moved."""
+    rng = np.random.default_rng(11)
+    n = side * side
+    vector = rng.standard_normal(n, dtype=np.float32)
+    matrix = vector.reshape(side, side)
+    flat_idx = rng.integers(0, n, n)
+    row_idx = rng.integers(0, side, side)
+    rows = rng.standard_normal((side // 4, side), dtype=np.float32)
+    write_idx = rng.permutation(side)[: side // 4]
+    x, m = clients.asarray(vector), clients.asarray(matrix)
+    t_flat, t_row = clients.asarray(flat_idx), clients.asarray(row_idx)
+    t_rows, t_write = clients.asarray(rows), clients.asarray(write_idx)
+
+    def scatter_ours() -> Any:
+        y = m * 1.0  # (a fresh value each time: the write is copy-on-write)
+        y[t_write] = t_rows
+        return y
+
+    def scatter_numpy() -> Any:
+        y = matrix * np.float32(1.0)
+        y[write_idx] = rows
+        return y
+
+    b = 4
+    return {
+        f"take of {n} from {n}": dict(ours=lambda: clients.take(x, t_flat), numpy=lambda: np.take(vector, flat_idx),
+                                      torch=("take", vector, flat_idx), bytes=n * (8 + 2 * b)),
+        f"rows m[idx], {side}^2": dict(ours=lambda: m[t_row], numpy=lambda: matrix[row_idx],
+                                       torch=("rows", matrix, row_idx), bytes=2 * n * b),
+        f"columns m[:, idx], {side}^2": dict(ours=lambda: m[:, t_row], numpy=lambda: matrix[:, row_idx],
+                                             torch=("columns", matrix, row_idx), bytes=2 * n * b),
+        f"y[idx] = rows, {side // 4} of {side}": dict(ours=scatter_ours, numpy=scatter_numpy, torch=None,
+                                                     bytes=2 * n * b + 2 * rows.nbytes),
+    }
+
+
+def _torch(spec: tuple | None) -> tuple[Callable[[], Any] | None, str]:
+    if spec is None:
+        return None, "no PyTorch variant"
+    try:
+        import torch
+    except ImportError:
+        return None, "torch not installed"
+    kind, a, idx = spec
+    cuda = torch.cuda.is_available()
+    t, i = torch.from_numpy(a), torch.from_numpy(idx)
+    if cuda:
+        t, i = t.cuda(), i.cuda()
+    op = {"take": lambda: torch.take(t, i), "rows": lambda: t[i], "columns": lambda: t[:, i]}[kind]
+
+    def run() -> Any:
+        out = op()
+        if cuda:
+            torch.cuda.synchronize()
+        return out
+
+    where = torch.cuda.get_device_name() if cuda else f"the CPU ({torch.get_num_threads()} threads)"
+    return run, f"PyTorch {torch.__version__} on {where}"
+
+
+def _case(case: dict[str, Any], repeat: int) -> dict:
+    np.testing.assert_array_equal(case["ours"]().numpy(), case["numpy"]())
+
+    def ours() -> Any:
+        out = case["ours"]()
+        clients.sync()
+        return out
+
+    variants: dict[str, Callable[[], Any]] = {"ours": ours, "numpy": case["numpy"]}
+    torch_run, note = _torch(case["torch"])
+    if torch_run is not None:
+        variants["torch"] = torch_run
+    wall = common.time_rounds(variants, repeat, warmup=1, apart=("torch",) if "CPU" not in note else ())
+    result: dict = {"variants": {k: t.to_dict() for k, t in wall.items()}, "torch": note,
+                    "numpy_over_ours": common.ratio(wall["numpy"], wall["ours"])}
+    if "torch" in wall:
+        result["torch_over_ours"] = common.ratio(wall["torch"], wall["ours"])
+    if dtime.profiling(clients.client_for().server.runtime.queue):
+        with clients.inspect() as rec:
+            ours()
+        moves = [k for k in rec.kernels if k.kind == "move"]
+        result["move_kernel"] = moves[0].name if moves else None
+
+        def move_seconds() -> float | None:
+            with clients.inspect() as rec:
+                ours()
+            seconds = [k.device_seconds for k in rec.kernels if k.kind == "move"]
+            return None if not seconds or None in seconds else float(sum(seconds))
+
+        kernel = dtime.device_rounds({"move": move_seconds}, repeat)["move"]
+        result["kernel_time"] = kernel.to_dict()
+        result["gb_per_s"] = case["bytes"] / kernel.median / 1e9
+    return result
+
+
+def run(size: str = "large", repeat: int = 10) -> dict:
+    clients.set_mode("lazy")
+    return {"benchmark": NAME, "cases": {name: _case(case, repeat) for name, case in _cases(SIDE[size]).items()}}
+
+
+def report(result: dict) -> None:
+    rows = []
+    for name, r in result["cases"].items():
+        v = r["variants"]
+        rows.append([name, common.ms(v["ours"]["median_s"]),
+                     None if "kernel_time" not in r else common.ms(r["kernel_time"]["median_s"]), r.get("gb_per_s"),
+                     common.ms(v["numpy"]["median_s"]), None if "torch" not in v else common.ms(v["torch"]["median_s"]),
+                     r["numpy_over_ours"]["paired_median"], r.get("torch_over_ours", {}).get("paired_median")])
+    common.print_table("gathers and scatters of float32 by int64 indices on the device (medians)",
+                       ["case", "ours ms", "move kernel ms", "kernel GB/s", "numpy ms", "torch ms",
+                        "numpy / ours", "torch / ours"], rows)
+    notes = {r["torch"] for r in result["cases"].values()}
+    print("torch: " + "; ".join(sorted(notes)))
+
+
+def main(argv: list[str] | None = None) -> dict:
+    return common.run_main(NAME, __doc__, run, report, argv)
+
+
+if __name__ == "__main__":
+    main()
