@@ -255,7 +255,7 @@ def concat(arrays: Any, axis: int | None = 0) -> Tensor:
         if t.shape[:axis] + t.shape[axis + 1:] != ts[0].shape[:axis] + ts[0].shape[axis + 1:]:
             raise ValueError(f"concat along axis {axis}: shapes {ts[0].shape} and {t.shape} differ elsewhere")
     dtype = result_type(*ts)
-    ts = [_contiguous(t if t.dtype == dtype else F.astype(t, dtype)) for t in ts]
+    ts = [t if t.dtype == dtype else F.astype(t, dtype) for t in ts]  # (read in their own layouts)
     shape = ts[0].shape[:axis] + (builtins.sum(t.shape[axis] for t in ts),) + ts[0].shape[axis + 1:]
     ir = F._new(client, shape, dtype)
     out = Tensor._make(client, ir.id, ir.shape, ir.dtype)

@@ -27,7 +27,7 @@ class MoveSpec(NamedTuple):
     dtype: np.dtype  # of the elements moved
     index_dtypes: tuple[np.dtype, ...]
     rank: int  # dimensions of the iteration space
-    grid: bool = False  # a 2-D launch: the last axis, and the rows of the axes before it
+    layout: str = "flat"  # how work-items map onto the space (see move_source, layout_for)
     # Strides that are 0 or 1, spelled as constants (else None: an argument): those of dst,
     # src and each index along the last axis walked, then each index's dst and src strides
     # (a gather's dst stride is 0). Intel's CPU runtime then reads and writes whole vectors
@@ -42,9 +42,10 @@ class MoveSpec(NamedTuple):
     guarded: bool = True
 
 # A space of 2 dimensions or more whose last axis has at least this many elements runs as
-# a 2-D grid (MoveSpec.grid), unless its rows exceed GRID_MAX_ROWS (the second dimension
-# of a launch is bounded on some GPUs: 65535 groups of CUDA's grid). Shorter rows keep the
-# flat index (a grid's group would be mostly idle along a row of 3). Kernel ms, 1024 x
+# a 2-D grid (MoveSpec.layout), unless its rows exceed GRID_MAX_ROWS on a GPU (the second
+# dimension of a launch is bounded there: 65535 groups of CUDA's grid), or as rows, a
+# work-item each, on CPU drivers that do not pack work-items into vector lanes (PoCL).
+# Shorter rows keep the flat index (a grid's group would be mostly idle along a row of 3). Kernel ms, 1024 x
 # 1024 float32 gathers of rows (`m[idx]`), PoCL 3.0 / Intel's CPU runtime, 2 Zen 3 cores:
 # flat index 9.8 / 5.4, grid 4.9 / 1.6 (columns, `m[:, idx]`: 10.3 / 6.1 against 3.1 /
 # 0.77), both before the unit strides and the exact launch below.
@@ -52,13 +53,23 @@ GRID_ROW_MIN = 16
 GRID_MAX_ROWS = 65535
 
 
-def use_grid(shape: tuple[int, ...]) -> bool:
-    """Whether an iteration space of `shape` runs over a 2-D grid (see GRID_ROW_MIN)."""
-    return len(shape) >= 2 and shape[-1] >= GRID_ROW_MIN and math.prod(shape[:-1]) <= GRID_MAX_ROWS
+# PoCL 3.0 launched over a grid whose rows' length has no small factors (2043 = 9 x 227)
+# made slow code: a 2048^2 float32 rolled by 5 along its rows, the copy of its 2043
+# columns took 5.2 ms against 1.0 for rows of 2048; a loop along each row runs alike for
+# any length (a row gather of 2048^2: 1.2 to 1.8 ms, the grid 0.9 to 2.1).
+
+
+def layout_for(shape: tuple[int, ...], cpu: bool, packs_lanes: bool) -> str:
+    """MoveSpec.layout for an iteration space of `shape` (see GRID_ROW_MIN)."""
+    if len(shape) < 2 or shape[-1] < GRID_ROW_MIN:
+        return "flat"
+    if cpu:
+        return "grid" if packs_lanes else "rows"
+    return "grid" if math.prod(shape[:-1]) <= GRID_MAX_ROWS else "flat"
 
 
 def kernel_name(spec: MoveSpec) -> str:
-    grid = ("_grid" if spec.grid else "") + ("" if spec.guarded else "_exact")
+    grid = ("" if spec.layout == "flat" else f"_{spec.layout}") + ("" if spec.guarded else "_exact")
     units = "_" + "".join("n" if u is None else str(u) for u in spec.units) if spec.units else ""
     return f"move_{spec.dtype}_{'_'.join(str(d) for d in spec.index_dtypes)}_{spec.rank}d{grid}{units}"
 
@@ -66,7 +77,7 @@ def kernel_name(spec: MoveSpec) -> str:
 def generate(spec: MoveSpec) -> tuple[str, str]:
     """(source, kernel name) for `spec`."""
     name = kernel_name(spec)
-    return move_source(spec.dtype, spec.index_dtypes, spec.rank, name, spec.grid, spec.units, spec.guarded), name
+    return move_source(spec.dtype, spec.index_dtypes, spec.rank, name, spec.layout, spec.units, spec.guarded), name
 
 
 def arg_dtypes(spec: MoveSpec) -> None:
@@ -78,14 +89,15 @@ def scalar_variant(spec: MoveSpec) -> None:
 
 
 def move_source(dtype: np.dtype, index_dtypes: tuple[np.dtype, ...], rank: int, name: str = "move",
-                grid: bool = False, units: tuple[int | None, ...] = (), guarded: bool = True) -> str:
+                layout: str = "flat", units: tuple[int | None, ...] = (), guarded: bool = True) -> str:
     """OpenCL C for `dst[d] = src[s]` over an iteration space of `rank` dimensions.
 
-    Each work-item finds its coordinates (from its flat index, or with `grid` the last
-    one from the grid's first dimension and the others from its second); d and s are an
-    offset plus coordinate times stride per dimension, plus for each index array its value
+    Each work-item finds its coordinates: from its flat index ("flat"), from a 2-D grid
+    whose first dimension walks the last axis and whose second walks the rows of the axes
+    before it ("grid"), or as one row, walked by a loop ("rows"); d and s are an offset
+    plus coordinate times stride per dimension, plus for each index array its value
     (negative ones wrapped, then clamped into the axis so no read or write leaves the
-    buffers) times that axis's stride. `units`: MoveSpec.units.
+    buffers) times that axis's stride. `units`, `guarded`: MoveSpec's.
     """
     t = dt.CL_NAME[dtype]
     k_range = range(len(index_dtypes))
@@ -104,31 +116,37 @@ def move_source(dtype: np.dtype, index_dtypes: tuple[np.dtype, ...], rank: int, 
     def add(target: str, times: str, stride: str, u: int | None) -> str:  # `target += times * stride`
         return "" if u == 0 else f"{target} += {times};" if u == 1 else f"{target} += {times} * {stride};"
 
-    def step(o: int) -> str:  # (coordinate c along axis o)
+    def step(o: int, at: str) -> str:  # (coordinate c along axis o, added to the offsets named with `at`)
         us = unit[:n_walk] if o == rank - 1 else (None,) * n_walk
-        names = [("d", f"ds{o}"), ("s", f"ss{o}")] + [(f"i{k}", f"is{k}_{o}") for k in k_range]
+        names = [(f"d{at}", f"ds{o}"), (f"s{at}", f"ss{o}")] + [(f"i{k}{at}", f"is{k}_{o}") for k in k_range]
         return " ".join(filter(None, (add(t, "c", st, u) for (t, st), u in zip(names, us))))
 
-    if grid:  # (the last axis from the grid's first dimension, the rows from its second)
-        split = rank - 1  # (the axes whose coordinates come from g)
+    last = rank - 1
+    split = rank if layout == "flat" else last  # (the axes whose coordinates come from g)
+    if layout == "grid":
         body = ["long x = (long)get_global_id(0);", "long g = (long)get_global_id(1);"]
-        if guarded:
-            body.append(f"if (x >= n{split}) return;")
+        body += [f"if (x >= n{last}) return;"] if guarded else []
     else:
-        split = rank
-        body = ["long g = (long)get_global_id(0);"] + (["if (g >= n) return;"] if guarded else [])
-    body.append("long d = dst_off, s = src_off;")
-    body += [f"long i{k} = idx{k}_off;" for k in k_range]
-    if grid:
-        body.append(f"{{ long c = x; {step(split)} }}")
+        body = ["long g = (long)get_global_id(0);"]
+        body += ([f"if (g >= n / n{last}) return;" if layout == "rows" else "if (g >= n) return;"]
+                 if guarded else [])
+    # The offsets of the work-item's row (suffix _r), then of its element.
+    body += ["long d_r = dst_off, s_r = src_off;"] + [f"long i{k}_r = idx{k}_off;" for k in k_range]
     for o in reversed(range(split)):  # (the first axis takes what is left: no division)
-        body.append(f"{{ long c = g; {step(o)} }}" if o == 0 else
-                    f"{{ long q = g / n{o}; long c = g - q * n{o}; {step(o)} g = q; }}")
+        body.append(f"{{ long c = g; {step(o, '_r')} }}" if o == 0 else
+                    f"{{ long q = g / n{o}; long c = g - q * n{o}; {step(o, '_r')} g = q; }}")
+    element = ["long d = d_r, s = s_r;"] + [f"long i{k} = i{k}_r;" for k in k_range]
+    if layout != "flat":
+        element.append(f"{{ long c = x; {step(last, '')} }}")
     for k in k_range:
         da, sa = unit[n_walk + 2 * k:n_walk + 2 * k + 2]
-        body.append(f"{{ long v = (long)idx{k}[i{k}]; if (v < 0) v += m{k}; v = clamp(v, 0L, m{k} - 1);"
-                    f" {' '.join(filter(None, (add('d', 'v', f'da{k}', da), add('s', 'v', f'sa{k}', sa))))} }}")
-    body.append("dst[d] = src[s];")
+        element.append(f"{{ long v = (long)idx{k}[i{k}]; if (v < 0) v += m{k}; v = clamp(v, 0L, m{k} - 1);"
+                       f" {' '.join(filter(None, (add('d', 'v', f'da{k}', da), add('s', 'v', f'sa{k}', sa))))} }}")
+    element.append("dst[d] = src[s];")
+    if layout == "rows":
+        body += [f"for (long x = 0; x < n{last}; ++x) {{"] + ["  " + line for line in element] + ["}"]
+    else:
+        body += element
     return f"__kernel void {name}(" + ", ".join(params) + ") {\n  " + "\n  ".join(body) + "\n}\n"
 
 

@@ -1,5 +1,6 @@
 """Plans that move elements: integer-array gathers and scatters (one generated kernel,
-see codegen/gather.py) and concatenation (one rectangular device copy per input).
+see codegen/gather.py) and concatenation (per input, a plain copy or the same kernel with
+no index array).
 
 No fuser takes these ops: each runs alone, in its place in the stream, and later ops
 read its output like any tensor.
@@ -21,6 +22,24 @@ def _layout(e) -> gg.Layout:
     return e.ir.shape, e.offset, e.strides
 
 
+def _launch_move(ctx: BlockContext, kernel: cl.Kernel, spec: gg.MoveSpec, walked: tuple[int, ...], args: list,
+                 kind: str, name: str) -> None:
+    """Launch a move kernel over the space `walked`: exactly its work-items (unguarded),
+    or padded to whole groups; a work-item per element (a flat index, a 2-D grid) or per
+    row (see MoveSpec.layout)."""
+    n = math.prod(walked)
+    row = 1 if spec.layout == "flat" else walked[-1]  # (elements a work-item's id stands for, along the last axis)
+    if spec.layout == "grid":
+        if spec.guarded:
+            ctx.launch_grid(kernel, n // row, row, args, kind, [name], len(args))
+        else:
+            ctx.launch(kernel, (row, n // row), None, args, kind, [name], len(args), n)
+    elif spec.guarded:
+        ctx.launch_items(kernel, n // row, args, kind, [name], len(args), heavy=row > 1)
+    else:
+        ctx.launch(kernel, n // row, None, args, kind, [name], len(args), n)
+
+
 class MovePlan(LonePlan):
     """A gather or scatter: the old values copied first (scatter), then the move kernel."""
 
@@ -40,8 +59,8 @@ class MovePlan(LonePlan):
         n, args, units = gg.move_arguments([_layout(e) for e in ins], _layout(out), scatter=scatter,
                                           region_map=op.region_map, adv=op.adv, b_map=op.b_map, region=op.region)
         exact = ctx.info.kind == "CPU"  # (launched over exactly its work-items: see MoveSpec.guarded)
-        spec = gg.MoveSpec(op.out.dtype, tuple(e.ir.dtype for e in indices), len(walked), gg.use_grid(walked), units,
-                           not exact)
+        spec = gg.MoveSpec(op.out.dtype, tuple(e.ir.dtype for e in indices), len(walked),
+                           gg.layout_for(walked, exact, ctx.pack_lanes), units, not exact)
         built = ctx.build_or_fail(spec, what, [out])
         if built is None:
             return
@@ -54,19 +73,18 @@ class MovePlan(LonePlan):
         if n:
             gg.set_buffers(args, out.storage.buffer, ins[1 if scatter else 0].storage.buffer,
                            [e.storage.buffer for e in indices])
-            row = walked[-1] if spec.grid else n
-            if exact:
-                ctx.launch(built.kernel, (row, n // row) if spec.grid else n, None, args, "move", [op.name], len(args))
-            elif spec.grid:
-                ctx.launch_grid(built.kernel, n // row, row, args, "move", [op.name], len(args))
-            else:
-                ctx.launch_items(built.kernel, n, args, "move", [op.name], len(args))
+            _launch_move(ctx, built.kernel, spec, walked, args, "move", op.name)
         ctx.mark_ready([out.storage])
 
 
 class ConcatPlan(LonePlan):
-    """The inputs copied into their slabs of the output, one rectangular copy each: the
-    arrays seen as (outer, length along the axis, inner) blocks."""
+    """Each input copied into its slab of the output: one plain copy where the input and its
+    slab are each one run of elements (along the first axis), else the move kernel with no
+    index array, reading the input in its own layout (a view needs no copy first) and
+    writing through the output's strides. (Copies of rectangles instead, `clEnqueueCopy
+    BufferRect` over (outer, length, inner) blocks of contiguous inputs, ran on the host
+    under PoCL 3.0: concatenating two 2048^2 float32 along the columns took 38 ms, against
+    8 for numpy, on 2 Zen 3 cores.)"""
 
     op: ConcatOp
 
@@ -77,24 +95,39 @@ class ConcatPlan(LonePlan):
         out = entries[op.out.id]
         if ctx.fail_if_inputs_failed("concat", ins, [out]):
             return
+        axis, itemsize = op.axis, op.out.dtype.itemsize
+        exact = ctx.info.kind == "CPU"  # (see MoveSpec.guarded)
+        copies = []  # (input, offset of its slab, the kernel's arguments and spec, or None: a plain copy)
+        at = out.offset
+        for e in ins:
+            n = math.prod(e.ir.shape)
+            if n:
+                if e.contiguous and math.prod(op.out.shape[:axis]) == 1:
+                    copies.append((e, at, None))
+                else:
+                    _, args, units = gg.move_arguments([_layout(e)], (e.ir.shape, at, out.strides), scatter=False,
+                                                       region_map=tuple(range(len(e.ir.shape))), adv=(),
+                                                       b_map=(-1,) * len(e.ir.shape), region=None)
+                    spec = gg.MoveSpec(op.out.dtype, (), len(e.ir.shape),
+                                       gg.layout_for(e.ir.shape, exact, ctx.pack_lanes), units, not exact)
+                    copies.append((e, at, (args, spec)))
+            at += e.ir.shape[axis] * out.strides[axis]
+        built = {}
+        for _, _, kernel in copies:  # (every build first: nothing has changed yet)
+            if kernel is not None and kernel[1] not in built:
+                built[kernel[1]] = ctx.build_or_fail(kernel[1], "concat", [out])
+                if built[kernel[1]] is None:
+                    return
         ctx.allocate(out.storage)
-        shape = op.out.shape
-        itemsize = op.out.dtype.itemsize
-        if math.prod(shape):
-            outer = math.prod(shape[:op.axis])
-            inner = math.prod(shape[op.axis + 1:]) * itemsize
-            total = shape[op.axis]
-            at = 0
-            for e in ins:
-                length = e.ir.shape[op.axis]
-                if length and outer and inner:
-                    ctx.enqueue(
-                        cl.enqueue_copy, out.storage.buffer, e.storage.buffer,
-                        src_origin=(e.offset * itemsize, 0, 0), dst_origin=(0, at, 0),
-                        region=(inner, length, outer),
-                        src_pitches=(inner, inner * length), dst_pitches=(inner, inner * total),
-                    )
-                at += length
-        # (recorded like a kernel: inspect() shows every command a block enqueues)
-        ctx.record_launch("copy", ["concat"], len(ins) + 1, "concat", math.prod(shape))
+        for e, offset, kernel in copies:
+            if kernel is None:
+                ctx.enqueue(cl.enqueue_copy, out.storage.buffer, e.storage.buffer,
+                            byte_count=math.prod(e.ir.shape) * itemsize, src_offset=e.offset * itemsize,
+                            dst_offset=offset * itemsize)
+                # (recorded like a kernel: inspect() shows every command a block enqueues)
+                ctx.record_launch("copy", ["concat"], 2, "copy", math.prod(e.ir.shape))
+                continue
+            args, spec = kernel
+            gg.set_buffers(args, out.storage.buffer, e.storage.buffer, [])
+            _launch_move(ctx, built[spec].kernel, spec, e.ir.shape, args, "copy", "concat")
         ctx.mark_ready([out.storage])
