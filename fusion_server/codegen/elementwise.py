@@ -193,15 +193,17 @@ def _body(spec: KernelSpec, width: int) -> list[str]:
                 # (a last stride known to be 1 or 0 is left out of the source: the compiler
                 # then sees consecutive or equal addresses along a row)
                 r = spec.rank - 1
-                last = {"strided1": [f"c{r}"], "strided0": []}.get(cls, [f"c{r} * S{k}_{r}"])
+                last = {"strided1": [f"c{r}"], "strided0": [], "stridedm1": [f"(-c{r})"]}.get(cls, [f"c{r} * S{k}_{r}"])
                 walk = " + ".join([f"c{d} * S{k}_{d}" for d in range(r)] + last) or "0"
                 lines.append(f"const IDX q{k} = {walk};")
             lines.append(f"const IDX p{k} = O{k} + q{lead};")
             if width == 1 or cls == "strided":
-                # Width > 1 only reaches here for strided1 / strided0 (see `choose_width`).
+                # Width > 1 only reaches here for strided1 / strided0 / stridedm1 (see `choose_width`).
                 load = f"in{k}[p{k}]"
             elif cls == "strided1":
                 load = ex.vload(f"in{k} + p{k}", dtype, width)
+            elif cls == "stridedm1":  # (a vector of elements read backwards: the compilers make a load and a shuffle)
+                load = f"(({T})({', '.join(f'in{k}[p{k} - {i}]' for i in range(width))}))"
             else:
                 load = ex.splat(f"in{k}[p{k}]", dtype, width)
         lines.append(f"const {T} x{k} = {load};")

@@ -10,6 +10,7 @@ Classes:
   scalar    every stride 0 (one element broadcast everywhere): read once
   strided1  general strides, last stride 1: vector loads along the last dimension
   strided0  general strides, last stride 0: one load splatted along the last dimension
+  stridedm1 general strides, last stride -1 (a reversed row): vectors read backwards
   strided   anything else
 """
 

@@ -631,6 +631,8 @@ def _layout(ctx: BlockContext, ops: list[ElementwiseOp], recipe: _Recipe, in_ent
                 classes[k] = "strided1"
             elif st[-1] == 0:
                 classes[k] = "strided0"
+            elif st[-1] == -1 and in_entries[k].ir.dtype.kind != "c":
+                classes[k] = "stridedm1"  # (a reversed row: `x[..., ::-1]`, `flip`)
             else:
                 width = 1
         if dims[-1] % width:
