@@ -22,11 +22,8 @@ LAYOUTS = ("grid", "rows")
 @pytest.fixture(params=LAYOUTS)
 def layout(request, monkeypatch):
     """Each layout of a long last axis, whatever the device would choose."""
-    chosen = gg.layout_for
-
     def forced(shape, cpu, packs_lanes):
-        kind = chosen(shape, cpu, packs_lanes)
-        return kind if kind == "flat" else request.param
+        return request.param if len(shape) >= 2 and shape[-1] >= gg.GRID_ROW_MIN else "flat"
 
     monkeypatch.setattr(gg, "layout_for", forced)
     return request.param
@@ -111,7 +108,8 @@ def test_grid_rows_beyond_a_gpus_launch_limit_take_the_flat_index(monkeypatch):
     assert gg.layout_for((11, LONG), False, False) == "flat"
     assert gg.layout_for((10, LONG), False, False) == "grid"
     assert gg.layout_for((11, LONG), True, True) == "grid"  # (CPU devices have no such limit)
-    assert gg.layout_for((11, LONG), True, False) == "rows"
+    assert gg.layout_for((gg.ROWS_MIN, LONG), True, False) == "rows"
+    assert gg.layout_for((gg.ROWS_MIN - 1, LONG), True, False) == "flat"  # (too few rows to share)
     assert gg.layout_for((11, SHORT), True, False) == gg.layout_for((LONG,), False, False) == "flat"
     a = rand((40, LONG))
     i = _idx(40, 11, seed=4)

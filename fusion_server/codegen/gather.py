@@ -56,7 +56,9 @@ GRID_MAX_ROWS = 65535
 # PoCL 3.0 launched over a grid whose rows' length has no small factors (2043 = 9 x 227)
 # made slow code: a 2048^2 float32 rolled by 5 along its rows, the copy of its 2043
 # columns took 5.2 ms against 1.0 for rows of 2048; a loop along each row runs alike for
-# any length (a row gather of 2048^2: 1.2 to 1.8 ms, the grid 0.9 to 2.1).
+# any length (a row gather of 2048^2: 1.2 to 1.8 ms, the grid 0.9 to 2.1). Fewer rows
+# than ROWS_MIN keep the flat index, which spreads a long row over the cores.
+ROWS_MIN = 64
 
 
 def layout_for(shape: tuple[int, ...], cpu: bool, packs_lanes: bool) -> str:
@@ -64,7 +66,8 @@ def layout_for(shape: tuple[int, ...], cpu: bool, packs_lanes: bool) -> str:
     if len(shape) < 2 or shape[-1] < GRID_ROW_MIN:
         return "flat"
     if cpu:
-        return "grid" if packs_lanes else "rows"
+        # (rows, a work-item each: too few of them and the cores would idle)
+        return "grid" if packs_lanes else "rows" if math.prod(shape[:-1]) >= ROWS_MIN else "flat"
     return "grid" if math.prod(shape[:-1]) <= GRID_MAX_ROWS else "flat"
 
 
