@@ -208,6 +208,22 @@ def time_blocks(variants: dict[str, Callable[[], Any]], repeat: int, blocks: int
     return out
 
 
+def against_peers(name: str, ours: Callable[[], Any], numpy_run: Callable[[], Any],
+                  torch_run: Callable[[], Any] | None, torch_note: str, repeat: int) -> dict:
+    """Our variant `name` against numpy and, where given, PyTorch, in interleaved rounds
+    (PyTorch on CUDA apart, see time_rounds): each variant's timing, the torch note, and
+    numpy's and torch's time over ours (`numpy_over_<name>`, `torch_over_<name>`)."""
+    variants: dict[str, Callable[[], Any]] = {name: ours, "numpy": numpy_run}
+    if torch_run is not None:
+        variants["torch"] = torch_run
+    wall = time_rounds(variants, repeat, warmup=1, apart=("torch",) if "CPU" not in torch_note else ())
+    result: dict = {"variants": {k: t.to_dict() for k, t in wall.items()}, "torch": torch_note,
+                    f"numpy_over_{name}": ratio(wall["numpy"], wall[name])}
+    if "torch" in wall:
+        result[f"torch_over_{name}"] = ratio(wall["torch"], wall[name])
+    return result
+
+
 def ratio(numerator: Timing, denominator: Timing) -> dict:
     """numerator / denominator as a ratio of medians, and the median of per-round ratios
     (samples paired by position, as `time_rounds` produces them)."""

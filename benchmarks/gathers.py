@@ -100,15 +100,7 @@ def _case(case: dict[str, Any], repeat: int) -> dict:
         clients.sync()
         return out
 
-    variants: dict[str, Callable[[], Any]] = {"ours": ours, "numpy": case["numpy"]}
-    torch_run, note = _torch(case["torch"])
-    if torch_run is not None:
-        variants["torch"] = torch_run
-    wall = common.time_rounds(variants, repeat, warmup=1, apart=("torch",) if "CPU" not in note else ())
-    result: dict = {"variants": {k: t.to_dict() for k, t in wall.items()}, "torch": note,
-                    "numpy_over_ours": common.ratio(wall["numpy"], wall["ours"])}
-    if "torch" in wall:
-        result["torch_over_ours"] = common.ratio(wall["torch"], wall["ours"])
+    result = common.against_peers("ours", ours, case["numpy"], *_torch(case["torch"]), repeat)
     if dtime.profiling(clients.client_for().server.runtime.queue):
         with clients.inspect() as rec:
             ours()

@@ -59,15 +59,8 @@ def _shape(shape: tuple[int, int], repeat: int) -> dict:
         clients.sync()
         return out
 
-    variants: dict[str, Callable[[], Any]] = {"fused": fused, "numpy": lambda: np.cumsum(a, axis=-1)}
-    torch_run, note = _torch(a)
-    if torch_run is not None:
-        variants["torch"] = torch_run
-    wall = common.time_rounds(variants, repeat, warmup=1, apart=("torch",) if "CPU" not in note else ())
-    result: dict = {"shape": list(shape), "variants": {k: t.to_dict() for k, t in wall.items()}, "torch": note,
-                    "numpy_over_fused": common.ratio(wall["numpy"], wall["fused"])}
-    if "torch" in wall:
-        result["torch_over_fused"] = common.ratio(wall["torch"], wall["fused"])
+    result = {"shape": list(shape),
+              **common.against_peers("fused", fused, lambda: np.cumsum(a, axis=-1), *_torch(a), repeat)}
     if dtime.profiling(clients.client_for().server.runtime.queue):
         with clients.inspect() as rec:
             fused()
