@@ -8,7 +8,8 @@ copies the old values into the output, then walks the value and writes into the 
 
 Coordinates cost 64-bit divisions, the dearest part of the kernel on CPU devices: a 1-D
 space needs none, and a space whose last axis is long runs over a 2-D grid (that axis,
-the rows before it) with a division per axis only for the axes before the last two.
+the rows before it) or a row per work-item, with a division per axis only for the axes
+before the last two.
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ class MoveSpec(NamedTuple):
 # a 2-D grid (MoveSpec.layout), unless its rows exceed GRID_MAX_ROWS on a GPU (the second
 # dimension of a launch is bounded there: 65535 groups of CUDA's grid), or as rows, a
 # work-item each, on CPU drivers that do not pack work-items into vector lanes (PoCL).
-# Shorter rows keep the flat index (a grid's group would be mostly idle along a row of 3). Kernel ms, 1024 x
-# 1024 float32 gathers of rows (`m[idx]`), PoCL 3.0 / Intel's CPU runtime, 2 Zen 3 cores:
+# Shorter rows keep the flat index (a grid's group would be mostly idle along a row of
+# 3). Kernel ms, 1024 x 1024 float32 gathers of rows (`m[idx]`), PoCL 3.0 / Intel's CPU
+# runtime, 2 Zen 3 cores:
 # flat index 9.8 / 5.4, grid 4.9 / 1.6 (columns, `m[:, idx]`: 10.3 / 6.1 against 3.1 /
 # 0.77), both before the unit strides and the exact launch below.
 GRID_ROW_MIN = 16
@@ -72,9 +74,9 @@ def layout_for(shape: tuple[int, ...], cpu: bool, packs_lanes: bool) -> str:
 
 
 def kernel_name(spec: MoveSpec) -> str:
-    grid = ("" if spec.layout == "flat" else f"_{spec.layout}") + ("" if spec.guarded else "_exact")
+    layout = ("" if spec.layout == "flat" else f"_{spec.layout}") + ("" if spec.guarded else "_exact")
     units = "_" + "".join("n" if u is None else str(u) for u in spec.units) if spec.units else ""
-    return f"move_{spec.dtype}_{'_'.join(str(d) for d in spec.index_dtypes)}_{spec.rank}d{grid}{units}"
+    return f"move_{spec.dtype}_{'_'.join(str(d) for d in spec.index_dtypes)}_{spec.rank}d{layout}{units}"
 
 
 def generate(spec: MoveSpec) -> tuple[str, str]:
@@ -116,13 +118,13 @@ def move_source(dtype: np.dtype, index_dtypes: tuple[np.dtype, ...], rank: int, 
     n_walk = 2 + len(index_dtypes)
     unit = units or (None,) * (n_walk + 2 * len(index_dtypes))
 
-    def add(target: str, times: str, stride: str, u: int | None) -> str:  # `target += times * stride`
-        return "" if u == 0 else f"{target} += {times};" if u == 1 else f"{target} += {times} * {stride};"
+    def adds(times: str, terms) -> str:  # `target += times * stride` for each (target, stride, unit)
+        return " ".join(f"{t} += {times};" if u == 1 else f"{t} += {times} * {st};" for t, st, u in terms if u != 0)
 
     def step(o: int, at: str) -> str:  # (coordinate c along axis o, added to the offsets named with `at`)
         us = unit[:n_walk] if o == rank - 1 else (None,) * n_walk
         names = [(f"d{at}", f"ds{o}"), (f"s{at}", f"ss{o}")] + [(f"i{k}{at}", f"is{k}_{o}") for k in k_range]
-        return " ".join(filter(None, (add(t, "c", st, u) for (t, st), u in zip(names, us))))
+        return adds("c", ((t, st, u) for (t, st), u in zip(names, us)))
 
     last = rank - 1
     split = rank if layout == "flat" else last  # (the axes whose coordinates come from g)
@@ -144,7 +146,7 @@ def move_source(dtype: np.dtype, index_dtypes: tuple[np.dtype, ...], rank: int, 
     for k in k_range:
         da, sa = unit[n_walk + 2 * k:n_walk + 2 * k + 2]
         element.append(f"{{ long v = (long)idx{k}[i{k}]; if (v < 0) v += m{k}; v = clamp(v, 0L, m{k} - 1);"
-                       f" {' '.join(filter(None, (add('d', 'v', f'da{k}', da), add('s', 'v', f'sa{k}', sa))))} }}")
+                       f" {adds('v', (('d', f'da{k}', da), ('s', f'sa{k}', sa)))} }}")
     element.append("dst[d] = src[s];")
     if layout == "rows":
         body += [f"for (long x = 0; x < n{last}; ++x) {{"] + ["  " + line for line in element] + ["}"]

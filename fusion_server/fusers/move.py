@@ -22,6 +22,14 @@ def _layout(e) -> gg.Layout:
     return e.ir.shape, e.offset, e.strides
 
 
+def _spec(ctx: BlockContext, dtype, index_dtypes: tuple, walked: tuple[int, ...],
+          units: tuple[int | None, ...]) -> gg.MoveSpec:
+    """The move kernel for a space `walked` on this device: CPU devices launch exactly its
+    work-items, unguarded (see MoveSpec.guarded), in the layout that suits their driver."""
+    cpu = ctx.info.kind == "CPU"
+    return gg.MoveSpec(dtype, index_dtypes, len(walked), gg.layout_for(walked, cpu, ctx.pack_lanes), units, not cpu)
+
+
 def _launch_move(ctx: BlockContext, kernel: cl.Kernel, spec: gg.MoveSpec, walked: tuple[int, ...], args: list,
                  kind: str, name: str) -> None:
     """Launch a move kernel over the space `walked`: exactly its work-items (unguarded),
@@ -58,9 +66,7 @@ class MovePlan(LonePlan):
         walked = ins[1].ir.shape if scatter else op.out.shape  # a scatter walks its value, a gather its output
         n, args, units = gg.move_arguments([_layout(e) for e in ins], _layout(out), scatter=scatter,
                                           region_map=op.region_map, adv=op.adv, b_map=op.b_map, region=op.region)
-        exact = ctx.info.kind == "CPU"  # (launched over exactly its work-items: see MoveSpec.guarded)
-        spec = gg.MoveSpec(op.out.dtype, tuple(e.ir.dtype for e in indices), len(walked),
-                           gg.layout_for(walked, exact, ctx.pack_lanes), units, not exact)
+        spec = _spec(ctx, op.out.dtype, tuple(e.ir.dtype for e in indices), walked, units)
         built = ctx.build_or_fail(spec, what, [out])
         if built is None:
             return
@@ -96,7 +102,6 @@ class ConcatPlan(LonePlan):
         if ctx.fail_if_inputs_failed("concat", ins, [out]):
             return
         axis, itemsize = op.axis, op.out.dtype.itemsize
-        exact = ctx.info.kind == "CPU"  # (see MoveSpec.guarded)
         copies = []  # (input, offset of its slab, the kernel's arguments and spec, or None: a plain copy)
         at = out.offset
         for e in ins:
@@ -108,8 +113,7 @@ class ConcatPlan(LonePlan):
                     _, args, units = gg.move_arguments([_layout(e)], (e.ir.shape, at, out.strides), scatter=False,
                                                        region_map=tuple(range(len(e.ir.shape))), adv=(),
                                                        b_map=(-1,) * len(e.ir.shape), region=None)
-                    spec = gg.MoveSpec(op.out.dtype, (), len(e.ir.shape),
-                                       gg.layout_for(e.ir.shape, exact, ctx.pack_lanes), units, not exact)
+                    spec = _spec(ctx, op.out.dtype, (), e.ir.shape, units)
                     copies.append((e, at, (args, spec)))
             at += e.ir.shape[axis] * out.strides[axis]
         built = {}
