@@ -1,4 +1,9 @@
-"""Matrix products: `matmul` / `@`, with numpy's rules for 1-D operands and batches."""
+"""Matrix products: `matmul` / `@`, with numpy's rules for 1-D operands and batches.
+
+A product with one row or one column (a matrix times a vector, a vector times a matrix) is
+a reduction of the element-wise product: it reads the matrix once, as the row or column
+reduction does, where the tiled kernel would compute a whole tile for one useful row or
+column."""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from fusion_server import dtypes as dt
 from fusion_server.ir import MatmulOp
 
 from . import _functions as F
+from . import _reductions as R
 from .tensor import Tensor
 
 
@@ -33,6 +39,8 @@ def matmul(x1: Any, x2: Any) -> Tensor:
             f"matmul: shapes {a.shape} and {b.shape} do not align ({va.shape[-1]} != {vb.shape[-2]})"
         )
     batch = F.broadcast_shapes(va.shape[:-2], vb.shape[:-2])
+    if vb.shape[-1] == 1 or va.shape[-2] == 1:
+        return _as_reduction(a, b, va, vb, dtype)
     shape = batch + (va.shape[-2], vb.shape[-1])
     out = F._new(client, shape, dtype)
     result = Tensor._make(client, out.id, shape, dtype)
@@ -42,3 +50,17 @@ def matmul(x1: Any, x2: Any) -> Tensor:
     if b.ndim == 1:
         result = F.squeeze(result, -1)
     return result
+
+
+def _as_reduction(a: Tensor, b: Tensor, va: Tensor, vb: Tensor, dtype) -> Tensor:
+    """a @ b where the result has one column (b a vector) or one row (a a vector): the sum
+    of a broadcast product along K, one reduction kernel whose prologue is the product (and
+    whatever element-wise work made the operands). The sum keeps the operands' dtype; its
+    accumulator is the reductions' (float64 for float32 where the device has it)."""
+    if b.ndim == 1:  # (..., M, K) . (K,) -> (..., M); a 1-D `a` makes it a dot product
+        return R.sum(a * b, axis=-1, dtype=dtype)
+    if a.ndim == 1:  # (K,) . (..., K, N) -> (..., N)
+        return R.sum(F.expand_dims(a, -1) * b, axis=-2, dtype=dtype)
+    if vb.shape[-1] == 1:  # (..., M, K) . (..., K, 1) -> (..., M, 1)
+        return R.sum(va * vb.mT, axis=-1, keepdims=True, dtype=dtype)
+    return R.sum(va.mT * vb, axis=-2, keepdims=True, dtype=dtype)  # (..., 1, K) . (..., K, N)

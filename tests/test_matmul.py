@@ -45,6 +45,46 @@ def test_vector_operands_follow_numpy():
     np.testing.assert_allclose(float(dot), v @ w, rtol=1e-12)
 
 
+ONE_ROW_OR_COLUMN = [((300,), (300, 70)), ((70, 300), (300,)), ((300,), (300,)), ((5, 70, 300), (300,)),
+                     ((300,), (4, 300, 70)), ((70, 300), (300, 1)), ((1, 300), (300, 70)),
+                     ((3, 1, 40), (2, 1, 40, 9)), ((2, 7, 40), (40, 1)), ((0, 5), (5,)), ((4, 0), (0,))]
+
+
+@pytest.mark.parametrize("sa, sb", ONE_ROW_OR_COLUMN)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.complex64])
+def test_one_row_or_column_is_one_reduction_with_its_epilogue(sa, sb, dtype, via):
+    """A matrix times a vector (or a vector times a matrix) is the reduction of the
+    product: one kernel, the bias and relu (real dtypes) fused after it."""
+    a, b = rand(sa, dtype, 1), rand(sb, dtype, 2)
+    if dtype in (np.int32, np.int64):
+        rng = np.random.default_rng(3)
+        a, b = rng.integers(-9, 9, sa).astype(dtype), rng.integers(-9, 9, sb).astype(dtype)
+    want = a @ b
+    real = np.dtype(dtype).kind != "c"
+    fn = (lambda x, y: clients.maximum(x @ y + 1, 0)) if real else (lambda x, y: x @ y)
+    if real:
+        want = np.maximum(want + 1, 0).astype(want.dtype)
+    x, y = clients.asarray(a), clients.asarray(b)
+    with clients.inspect() as rec:
+        got = via(fn)(x, y)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    tol = dict(rtol=1e-4, atol=1e-4) if np.dtype(dtype).itemsize <= 8 and dtype != np.float64 else dict(rtol=1e-10)
+    np.testing.assert_allclose(got.numpy(), want, **tol)
+    if want.size and a.size:  # (a GPU may sum long columns in two passes: partial sums, then theirs)
+        assert {k.kind for k in rec.kernels} == {"reduce"} and len(rec.kernels) <= 2, rec.kernels
+        assert rec.kernels[0].ops[:2] == ["multiply", "sum"], rec.kernels[0].ops
+        assert rec.kernels[-1].ops[-2:] == (["add", "maximum"] if real else ["multiply", "sum"]), rec.kernels
+
+
+def test_work_on_a_vector_operand_fuses_before_the_product():
+    a, v = rand((64, 500), np.float32, 4), rand(500, np.float32, 5)
+    x, w = clients.asarray(a), clients.asarray(v)
+    with clients.inspect() as rec:
+        got = (clients.exp(x * 0.5) @ w).numpy()
+    np.testing.assert_allclose(got, np.exp(a * 0.5) @ v, rtol=1e-4, atol=1e-4)
+    assert len(rec.kernels) == 1 and rec.kernels[0].kind == "reduce"
+
+
 def test_transposed_and_strided_views_need_no_copy(via):
     a = rand((40, 30), np.float64, 5)
     x = clients.asarray(a)
