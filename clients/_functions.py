@@ -221,10 +221,76 @@ def _wide_enough(dtype: np.dtype, value: int) -> np.dtype:
     return dt.float64
 
 
+def _dense_order(t: Tensor) -> tuple[int, ...] | None:
+    """The axis order in which view `t` is a dense block of its buffer (the axes that
+    `permute_dims` makes C-contiguous, as `x.T` of a contiguous x), where that order is not
+    the identity; else None (contiguous, strided, broadcast, reversed, or with axes of
+    size 1, left as they are)."""
+    base = getattr(t, "_dense_base", None)
+    if base is not None:
+        return base[1]
+    st = t._strides
+    if st is None or len(st) < 2 or 1 in t.shape or 0 in t.shape:
+        return None
+    order = tuple(sorted(range(len(st)), key=lambda d: -st[d]))
+    expected = 1
+    for d in reversed(order):
+        if st[d] != expected:
+            return None
+        expected *= t.shape[d]
+    return None if order == tuple(range(len(st))) else order
+
+
+def _in_dense_order(op, order: tuple[int, ...], *operands: Tensor) -> Tensor:
+    """`op` of operands that are all one dense block permuted alike (`x.T + 1`, `exp(x.T)`),
+    computed over the blocks in their memory order and permuted back: the result keeps the
+    operands' order as numpy's does (a view of a contiguous result), and the kernel reads
+    and writes in memory order instead of transposing."""
+    return in_given_order(op(*(_block_of(x, order) for x in operands)), order)
+
+
+def _block_of(t: Tensor, order: tuple[int, ...]) -> Tensor:
+    """The dense block that view `t` permutes by `order`: the value it was made from where
+    it came from in_given_order (no view of a view: fusers see the value itself)."""
+    base = getattr(t, "_dense_base", None)
+    return base[0] if base is not None and base[1] == order else permute_dims(t, order)
+
+
+def in_given_order(block: Tensor, order: tuple[int, ...]) -> Tensor:
+    """The view of `block` that `permute_dims(view, order)` turns back into it, marked as
+    such: element-wise ops and reductions of it then work on `block` itself."""
+    view = permute_dims(block, tuple(sorted(range(len(order)), key=order.__getitem__)))
+    view._dense_base = (block, order)
+    return view
+
+
+def _binary_in_dense_order(name: str, a: Tensor, b: Tensor) -> Tensor | None:
+    """`a op b` in the memory order of its full-size operands (see _in_dense_order), where
+    they are one dense block permuted alike and any other operand holds at most one axis of
+    more than one element (a scalar, a row or a column broadcast: cheap in any order);
+    None otherwise (a row-major operand beside a transposed one: one of them is read
+    across its rows either way)."""
+    shape = broadcast_shapes(a.shape, b.shape)
+    orders = {_dense_order(t) for t in (a, b) if t.shape == shape}
+    orders.discard(None)
+    if len(orders) != 1:
+        return None
+    order = orders.pop()
+    for t in (a, b):
+        if (t.shape != shape or _dense_order(t) != order) and sum(n > 1 for n in t.shape) > 1:
+            return None
+    a, b = (t if t.shape == shape else broadcast_to(t, shape) for t in (a, b))
+    return _in_dense_order(lambda x, y: binary(name, x, y), order, a, b)
+
+
 def binary(name: str, a: Any, b: Any) -> Tensor:
     """Apply binary element-wise op `name` with broadcasting and numpy's promotion."""
     ta, tb = type(a) is Tensor, type(b) is Tensor
     if ta and tb:
+        if a._strides is not None or b._strides is not None:
+            permuted = _binary_in_dense_order(name, a, b)
+            if permuted is not None:
+                return permuted
         client = a._client
         if b._client is not client:
             _client_of((a, b))
@@ -293,6 +359,10 @@ def _small_power(x: Tensor, p: int | float) -> Tensor | None:
 
 def _tensor_scalar(name: str, a: Tensor, b: bool | int | float, swapped: bool) -> Tensor:
     """Op `name` of tensor `a` and Python scalar `b` (`b op a` when swapped): the hot path."""
+    if a._strides is not None:
+        order = _dense_order(a)
+        if order is not None:
+            return _in_dense_order(lambda x: _tensor_scalar(name, x, b, swapped), order, a)
     da = a.dtype
     if type(b) is float and da.kind == "f":
         dtype = da
@@ -322,6 +392,10 @@ def unary(name: str, x: Any) -> Tensor:
     """Apply unary element-wise op `name`."""
     if type(x) is not Tensor:
         x = _as_tensor(x, None)
+    if x._strides is not None and name != "copy":  # (a copy is asked for to get C order)
+        order = _dense_order(x)
+        if order is not None:
+            return _in_dense_order(lambda v: unary(name, v), order, x)
     compute, out_dtype = _RESOLVED.get((name, x.dtype)) or _resolve(name, x.dtype)
     client = x._client
     if out_dtype is x.dtype:  # like `x`, which passed _new's checks
@@ -391,6 +465,10 @@ def astype(x: Tensor, dtype: Any, /, *, copy: bool = True, device: Any = None) -
     if x.dtype.kind == "c" and target.kind not in "cb":
         raise TypeError(f"astype from {x.dtype.name} to {target.name}: the standard permits no cast of complex "
                         "values to a real dtype (take real(x), imag(x) or abs(x) first)")
+    if x._strides is not None:
+        order = _dense_order(x)
+        if order is not None:
+            return _in_dense_order(lambda v: astype(v, target), order, x)
     client = x._client
     out = _new(client, x.shape, target)
     t = Tensor._make(client, out.id, x.shape, target)

@@ -415,6 +415,7 @@ def _rebind(x: Tensor, new: Tensor) -> None:
         x._client.keep_until_registered(new)
     x._strides, new._strides = new._strides, x._strides
     x._offset, new._offset = new._offset, x._offset
+    x._dense_base, new._dense_base = getattr(new, "_dense_base", None), getattr(x, "_dense_base", None)
 
 
 def _per_axis(x: Tensor, key: Any) -> list[Any]:

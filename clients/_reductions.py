@@ -62,7 +62,8 @@ def _wide(dtype: np.dtype, client) -> np.dtype:
     return dt.complex128 if dtype.kind == "c" else dt.float64 if dtype.kind == "f" else dtype
 
 
-def _reduce(name: str, x: Any, axis: Any, keepdims: bool, dtype: Any = None) -> Tensor:
+def _reduce(name: str, x: Any, axis: Any, keepdims: bool, dtype: Any = None,
+            out_shape: tuple[int, ...] | None = None) -> Tensor:
     if type(x) is not Tensor:
         x = F._as_tensor(x, None)
     if x.dtype.kind == "c" and name not in ("sum", "prod"):
@@ -72,6 +73,10 @@ def _reduce(name: str, x: Any, axis: Any, keepdims: bool, dtype: Any = None) -> 
         requested = dt.normalize(dtype)
         x = F.astype(x, requested, copy=False)
     axes = _axes(x, axis)
+    if x._strides is not None and (name not in ("argmax", "argmin") or len(axes) == 1):
+        order = F._dense_order(x)
+        if order is not None:
+            return _in_dense_order(name, x, order, axes, keepdims, requested)
     nred = 1
     for d in axes:
         nred *= x.shape[d]
@@ -87,11 +92,36 @@ def _reduce(name: str, x: Any, axis: Any, keepdims: bool, dtype: Any = None) -> 
         out_dtype = requested or (x.dtype if dt.is_inexact(x.dtype) else acc)
     else:
         out_dtype = x.dtype
-    shape = _out_shape(x, axes, keepdims)
+    shape = out_shape or _out_shape(x, axes, keepdims)
     out = F._new(client, shape, out_dtype)
     t = Tensor._make(client, out.id, shape, out_dtype)
     client.record(ReduceOp(name, x._id, axes, acc, out), x)
     return t
+
+
+def _in_dense_order(name: str, x: Tensor, order: tuple[int, ...], axes: tuple[int, ...],
+                    keepdims: bool, dtype: np.dtype | None) -> Tensor:
+    """Reduction `name` of a view that is one dense block permuted (`y.T`, as an
+    element-wise op on `x.T` leaves its result: see _functions._in_dense_order) over the
+    block in its memory order, the result's axes put back in x's order: the reduction
+    then reads its input, and the element-wise work before it fuses, as for a row-major
+    value. (argmax / argmin over several axes keep x's order: their flat index is x's.)"""
+    position = {d: i for i, d in enumerate(order)}  # x's axis d is the block's axis position[d]
+    block = F._block_of(x, order)
+    block_axes = tuple(position[d] for d in axes)
+    block_axis = block_axes[0] if name in ("argmax", "argmin") else block_axes
+    kept = [d for d in range(x.ndim) if d not in axes]  # x's axes in the result
+    in_block = sorted(kept, key=position.__getitem__)  # the same axes as the block reduction leaves them
+    if keepdims and in_block == kept:  # (the same elements in the same order: only the 1s move)
+        return _reduce(name, block, block_axis, True, dtype, out_shape=_out_shape(x, axes, True))
+    reduced = _reduce(name, block, block_axis, keepdims, dtype)
+    if keepdims:
+        kept = list(range(x.ndim))
+        in_block = sorted(kept, key=position.__getitem__)
+    back = [in_block.index(d) for d in kept]  # result axis i is the block result's axis back[i]
+    if back == sorted(back):
+        return reduced
+    return F.in_given_order(reduced, tuple(sorted(range(len(back)), key=back.__getitem__)))
 
 
 def sum(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001

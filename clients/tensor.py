@@ -64,7 +64,9 @@ class Tensor:
     op reads it.
     """
 
-    __slots__ = ("_id", "_client", "shape", "dtype", "_strides", "_offset", "__weakref__")
+    # (_dense_base: (value, order) where this handle is `value` permuted, made by an op
+    # run in its operands' memory order; unset on most handles: read with getattr)
+    __slots__ = ("_id", "_client", "shape", "dtype", "_strides", "_offset", "_dense_base", "__weakref__")
 
     __array_priority__ = 1000  # numpy defers mixed operators to us
 

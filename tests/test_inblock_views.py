@@ -108,9 +108,11 @@ def test_other_shapes_of_as_many_elements_join_the_block():
 def test_views_in_another_order_recompute_the_value(view):
     a = rand((4, 6))
     t = clients.asarray(a)
+    b = rand(view(a).shape, seed=2)  # (a row-major operand: `v.T + 1` alone runs in memory order)
+    tb = clients.asarray(b)
     with clients.inspect() as rec:
-        got = (view(clients.exp(t)) + 1).numpy()
-    np.testing.assert_allclose(got, view(np.exp(a)) + 1, rtol=1e-5, atol=1e-6)
+        got = (view(clients.exp(t)) + tb).numpy()
+    np.testing.assert_allclose(got, view(np.exp(a)) + b, rtol=1e-5, atol=1e-6)
     assert _ops(rec) == [["exp", "add"]]
     assert "recomputes exp at 1 view in another element order" in rec.explain()
 

@@ -170,15 +170,15 @@ def test_replayed_block_that_no_longer_fits_the_bindings_is_explored(fresh_store
 
 
 def test_views_of_values_in_the_block_replay_with_their_value_recomputed(fresh_store):
-    a = rand((6, 8))
-    x = clients.asarray(a)
+    a, b = rand((6, 8)), rand((8, 6), seed=2)
+    x, y = clients.asarray(a), clients.asarray(b)
     before = counts()
     for scale in (2.0, 3.0, 4.0):
         with clients.inspect() as rec:
             t = x * scale
             v = clients.permute_dims(t, (1, 0))  # a view of a value computed in the block
-            got = (v + 1.0).numpy()
-        np.testing.assert_allclose(got, (a * np.float32(scale)).T + 1, rtol=1e-6)
+            got = (v + y).numpy()  # (with a row-major operand: `v + 1.0` alone runs in t's order)
+        np.testing.assert_allclose(got, (a * np.float32(scale)).T + b, rtol=1e-6)
         # t is still held: written, and computed again at the transposed coordinates for v
         assert [k.ops for k in rec.kernels] == [["multiply", "multiply", "add"]]
     assert delta(before)["plan_hits"] == 2 and delta(before)["explorations"] == 1

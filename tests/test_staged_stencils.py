@@ -271,8 +271,10 @@ def test_scalar_staging_reads_rows_broadcasts_and_transposes(monkeypatch, geomet
     a, c, t = np.abs(rand(shape)) + np.float32(0.1), rand((shape[0], 1), seed=1), rand(shape[::-1], seed=2)
     x, col, tt = clients.asarray(a), clients.asarray(c), clients.asarray(t)
     with clients.inspect() as rec:
-        got = box_blur(x ** 2.2 + col * tt.T).numpy()
-    np.testing.assert_allclose(got, box_blur(a ** np.float32(2.2) + c * t.T), rtol=2e-5, atol=1e-5)
+        # (tt.T beside the row-major x ** 2.2: read transposed, where `col * tt.T` alone
+        # would run in tt's memory order)
+        got = box_blur((x ** 2.2 + tt.T) * col).numpy()
+    np.testing.assert_allclose(got, box_blur((a ** np.float32(2.2) + t.T) * c), rtol=2e-5, atol=1e-5)
     assert len(rec.kernels) == 1 and len(_staged(rec)) == 1
     assert rec.kernels[0].variant == f"staged, tile {'14 x 62' if geometry[1] is None else '32 x 32'}, halo 2 x 2"
 

@@ -50,6 +50,8 @@ GRID_ROW_MIN = 16
 # float32 on 2 Zen 4 cores, kernel us: `m.T + 1` 11706 (PoCL 3.0) and 13347 (Intel's CPU
 # runtime) read in place, against numpy's 852 (its result keeps the input's order); see
 # BENCHMARKS.md (2026-12-06, before midnight) for the packed figures.
+# (Operands all permuted alike, as `m.T + 1`, never get here: the client runs such an op
+# in their memory order, see clients/_functions.py, _in_dense_order.)
 PACK_TRANSPOSED_MIN = 1 << 16
 
 
@@ -293,6 +295,8 @@ class ElementwisePlan:
         remaps = {ops[j].inputs[s]: target for j, s, target in remap_slots} if remap_slots else None
         counted = {**aliases, **remaps} if aliases and remaps else aliases or remaps
         budget = budget_of(ctx) if remaps else 0
+        if remaps and ctx.recompute_budget is None and _transposes_a_large_value(ctx, remap_slots, ops, entries):
+            budget = -1
         first = bool(remaps) and stages_first(ctx)
         if cache is None:
             return _Recipe(ops, needed_values(ops, entries, None, counted), ctx.scalar_exprs, aliases, remaps, budget,
@@ -669,6 +673,26 @@ class _Packed:
 
 
 _Size = collections.namedtuple("_Size", "nbytes")  # (what _layout reads of a storage)
+
+
+def _transposes_a_large_value(ctx: BlockContext, remap_slots: list, ops: list[ElementwiseOp], entries: dict) -> bool:
+    """Whether, on a CPU device, a view read in another element order runs across the rows
+    of a value of PACK_TRANSPOSED_MIN elements or more (`(y * 2).T`, as an op of `y.T` run
+    in memory order leaves it). Recomputed there, the value's inputs are read down their
+    columns, one element per cache line; written instead, the next kernel copies it
+    row-major with the transpose kernel (_transposed_inputs) and reads the copy."""
+    if ctx.info.kind != "CPU":
+        return False
+    for j, s, target in remap_slots:
+        view = entries[ops[j].inputs[s]]
+        shape, strides = view.ir.shape, view.strides
+        value = ops[target].out.id
+        # (a value the block also reads in its own order, as y in `y - y.T`, is recomputed:
+        # written, it would be read twice)
+        if len(shape) >= 2 and strides[-1] not in (0, 1, -1) and shape[-1] > 1 \
+                and size_of(shape) >= PACK_TRANSPOSED_MIN and not any(value in op.inputs for op in ops):
+            return True
+    return False
 
 
 def _transposed_inputs(ctx: BlockContext, ops: list[ElementwiseOp], recipe: _Recipe,
