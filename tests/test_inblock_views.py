@@ -203,3 +203,19 @@ def test_random_reshape_chains_match_numpy(dims, data):
     want = ((np.exp(a) - np.float32(0.5)).reshape(new) ** 2).reshape(shape) + a
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert len(rec.kernels) == 1
+
+
+@pytest.mark.parametrize("case", ["matmul", "times a column", "plus a row"])
+def test_a_reshaped_value_read_broadcast_by_a_larger_op_is_read_at_its_coordinates(case):
+    """A reshape of a block value keeps its element order, but read by an op of more
+    elements (broadcast) it is read at that op's coordinates, not at the value's flat
+    index (which the op's elements past the value's size would overrun)."""
+    a, b = np.array([1, 2]).reshape(2, 1, 1, 1), np.arange(1, 6).reshape(5, 1, 1)
+    ta, tb = clients.asarray(a), clients.asarray(b)
+    if case == "matmul":  # (b + 1).mT, a reshape of the value, read over a's batch
+        got, want = ta @ (tb + 1), a @ (b + 1)
+    elif case == "times a column":
+        got, want = ta * clients.reshape(tb + 1, (5, 1)), a * (b + 1).reshape(5, 1)
+    else:
+        got, want = clients.reshape(tb * 2, (1, 5)) + ta[:, :, 0, 0], (b * 2).reshape(1, 5) + a[:, :, 0, 0]
+    np.testing.assert_array_equal(got.numpy(), want)

@@ -69,7 +69,10 @@ def view_slots(ops: list[ElementwiseOp], entries: dict) -> tuple[list, list]:
                         storages[id(value.storage)] = k
             target = storages.get(id(e.storage))
             if target is not None and ops[target].out.id != operand:
-                flat = e.contiguous and size_of(e.ir.shape) == size_of(ops[target].out.shape)
+                # (read by an op of another size, the view is broadcast: read at that op's
+                # coordinates, not at the value's flat index)
+                flat = e.contiguous and size_of(e.ir.shape) == size_of(ops[target].out.shape) \
+                    and size_of(op.out.shape) == size_of(e.ir.shape)
                 (aliases if flat else remaps).append((j, s, target))
     return aliases, remaps
 
