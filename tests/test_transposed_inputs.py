@@ -170,3 +170,17 @@ def test_a_value_run_in_memory_order_then_read_transposed_is_written_and_copied_
         assert COPY in rec.kernels[1].ops[0] and len(rec.kernels) == 3
     else:
         assert [k.ops for k in rec.kernels] == [["multiply", "subtract"]]
+
+
+def test_a_split_block_whose_second_part_reads_no_view_of_the_value_runs():
+    """Transposes around a where and a cast (found by fuzzing): the block splits after a
+    value its second part reads through no view; staging had no view to place and
+    failed the block."""
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(-1.5, 1.5, (300, 300)), rng.integers(-3, 4, (300, 300))
+    t = clients.asarray(x).T
+    w = clients.astype(clients.where(t > 0, t, -t).T, clients.int64)
+    got = clients.abs(clients.minimum(clients.asarray(y).T, w).T).numpy()
+    nt = x.T
+    want = np.abs(np.minimum(y.T, np.where(nt > 0, nt, -nt).T.astype(np.int64)).T)
+    np.testing.assert_array_equal(got, want)

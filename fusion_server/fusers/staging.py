@@ -202,6 +202,8 @@ def _layout(ctx: BlockContext, ops: list[ElementwiseOp], parts: StagedParts, val
             if ax != (d, 1) and not (ax is None and out_shape[d] == 1):
                 return "a view transposes, flips or strides its value"
         starts.append(_pad3(vm.start, 0))
+    if not starts:  # (the second part reads the value through no view: nothing to stage)
+        return "no view of the value is read after it"
     lo = tuple(min(s[d] for s in starts) for d in range(3))
     if any(s[0] != lo[0] for s in starts):
         return "the views shift the value along its first of three dimensions"
