@@ -224,6 +224,41 @@ def against_peers(name: str, ours: Callable[[], Any], numpy_run: Callable[[], An
     return result
 
 
+def torch_variant(fn: Callable[..., Any], inputs: Sequence[np.ndarray]) -> tuple[Callable[[], Any] | None, str]:
+    """PyTorch's variant for `against_peers`: `fn` of the inputs as torch tensors, on the
+    GPU where PyTorch has CUDA (synchronized after each call), else on the CPU; with a
+    note naming where it runs (None and why, where torch is not installed)."""
+    try:
+        import torch
+    except ImportError:
+        return None, "torch not installed"
+    cuda = torch.cuda.is_available()
+    tensors = [torch.from_numpy(a).cuda() if cuda else torch.from_numpy(a) for a in inputs]
+
+    def run() -> Any:
+        out = fn(*tensors)
+        if cuda:
+            torch.cuda.synchronize()
+        return out
+
+    where = torch.cuda.get_device_name() if cuda else f"the CPU ({torch.get_num_threads()} threads)"
+    return run, f"PyTorch {torch.__version__} on {where}"
+
+
+def peer_cells(result: dict, name: str = "ours") -> tuple[list[Any], list[Any]]:
+    """The table cells of an `against_peers` result: ([our ms], [numpy ms, torch ms,
+    numpy / ours, torch / ours]) (paired medians; None where torch did not run)."""
+    v = result["variants"]
+    return [ms(v[name]["median_s"])], [
+        ms(v["numpy"]["median_s"]), None if "torch" not in v else ms(v["torch"]["median_s"]),
+        result[f"numpy_over_{name}"]["paired_median"], result.get(f"torch_over_{name}", {}).get("paired_median")]
+
+
+def print_torch_notes(results: Sequence[dict]) -> None:
+    """One line naming where PyTorch ran (or why not) in these `against_peers` results."""
+    print("torch: " + "; ".join(sorted({r["torch"] for r in results})))
+
+
 def ratio(numerator: Timing, denominator: Timing) -> dict:
     """numerator / denominator as a ratio of medians, and the median of per-round ratios
     (samples paired by position, as `time_rounds` produces them)."""

@@ -17,7 +17,6 @@ indices, the elements read, the result).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -68,28 +67,7 @@ def _cases(side: int) -> dict[str, dict[str, Any]]:
     }
 
 
-def _torch(spec: tuple | None) -> tuple[Callable[[], Any] | None, str]:
-    if spec is None:
-        return None, "no PyTorch variant"
-    try:
-        import torch
-    except ImportError:
-        return None, "torch not installed"
-    kind, a, idx = spec
-    cuda = torch.cuda.is_available()
-    t, i = torch.from_numpy(a), torch.from_numpy(idx)
-    if cuda:
-        t, i = t.cuda(), i.cuda()
-    op = {"take": lambda: torch.take(t, i), "rows": lambda: t[i], "columns": lambda: t[:, i]}[kind]
-
-    def run() -> Any:
-        out = op()
-        if cuda:
-            torch.cuda.synchronize()
-        return out
-
-    where = torch.cuda.get_device_name() if cuda else f"the CPU ({torch.get_num_threads()} threads)"
-    return run, f"PyTorch {torch.__version__} on {where}"
+_TORCH_OPS = {"take": lambda t, i: t.take(i), "rows": lambda t, i: t[i], "columns": lambda t, i: t[:, i]}
 
 
 def _case(case: dict[str, Any], repeat: int) -> dict:
@@ -100,7 +78,9 @@ def _case(case: dict[str, Any], repeat: int) -> dict:
         clients.sync()
         return out
 
-    result = common.against_peers("ours", ours, case["numpy"], *_torch(case["torch"]), repeat)
+    spec = case["torch"]
+    torch_run = common.torch_variant(_TORCH_OPS[spec[0]], spec[1:]) if spec else (None, "no PyTorch variant")
+    result = common.against_peers("ours", ours, case["numpy"], *torch_run, repeat)
     if dtime.profiling(clients.client_for().server.runtime.queue):
         with clients.inspect() as rec:
             ours()
@@ -127,16 +107,13 @@ def run(size: str = "large", repeat: int = 10) -> dict:
 def report(result: dict) -> None:
     rows = []
     for name, r in result["cases"].items():
-        v = r["variants"]
-        rows.append([name, common.ms(v["ours"]["median_s"]),
-                     None if "kernel_time" not in r else common.ms(r["kernel_time"]["median_s"]), r.get("gb_per_s"),
-                     common.ms(v["numpy"]["median_s"]), None if "torch" not in v else common.ms(v["torch"]["median_s"]),
-                     r["numpy_over_ours"]["paired_median"], r.get("torch_over_ours", {}).get("paired_median")])
+        ours, peers = common.peer_cells(r)
+        rows.append([name, *ours, None if "kernel_time" not in r else common.ms(r["kernel_time"]["median_s"]),
+                     r.get("gb_per_s"), *peers])
     common.print_table("gathers and scatters of float32 by int64 indices on the device (medians)",
                        ["case", "ours ms", "move kernel ms", "kernel GB/s", "numpy ms", "torch ms",
                         "numpy / ours", "torch / ours"], rows)
-    notes = {r["torch"] for r in result["cases"].values()}
-    print("torch: " + "; ".join(sorted(notes)))
+    common.print_torch_notes(list(result["cases"].values()))
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -15,7 +15,6 @@ vectors are small beside it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,38 +29,20 @@ SIDE = {"large": 4096, "small": 1024}
 
 
 def _cases(side: int) -> dict[str, dict[str, Any]]:
-    """name: ours, numpy's, PyTorch's (a function of torch tensors), the inputs."""
+    """name: ours, numpy's, PyTorch's (a function of the inputs as torch tensors), the inputs."""
     rng = np.random.default_rng(5)
     m = rng.standard_normal((side, side), dtype=np.float32)
     v, u, bias = (rng.standard_normal(side, dtype=np.float32) for _ in range(3))
     tm, tv, tu, tb = (clients.asarray(a) for a in (m, v, u, bias))
     return {
         f"m @ v, {side}^2": dict(ours=lambda: tm @ tv, numpy=lambda: m @ v,
-                                 torch=lambda t: t[0] @ t[1], inputs=(m, v)),
+                                 torch=lambda m, v: m @ v, inputs=(m, v)),
         f"u @ m, {side}^2": dict(ours=lambda: tu @ tm, numpy=lambda: u @ m,
-                                 torch=lambda t: t[2] @ t[0], inputs=(m, v, u)),
+                                 torch=lambda m, v, u: u @ m, inputs=(m, v, u)),
         f"relu(m @ v + bias), {side}^2": dict(
             ours=lambda: clients.maximum(tm @ tv + tb, 0), numpy=lambda: np.maximum(m @ v + bias, 0),
-            torch=lambda t: (t[0] @ t[1] + t[3]).relu_(), inputs=(m, v, u, bias)),
+            torch=lambda m, v, u, b: (m @ v + b).relu_(), inputs=(m, v, u, bias)),
     }
-
-
-def _torch(fn: Callable[[Any], Any], inputs: tuple[np.ndarray, ...]) -> tuple[Callable[[], Any] | None, str]:
-    try:
-        import torch
-    except ImportError:
-        return None, "torch not installed"
-    cuda = torch.cuda.is_available()
-    tensors = [torch.from_numpy(a).cuda() if cuda else torch.from_numpy(a) for a in inputs]
-
-    def run() -> Any:
-        out = fn(tensors)
-        if cuda:
-            torch.cuda.synchronize()
-        return out
-
-    where = torch.cuda.get_device_name() if cuda else f"the CPU ({torch.get_num_threads()} threads)"
-    return run, f"PyTorch {torch.__version__} on {where}"
 
 
 def _case(case: dict[str, Any], repeat: int) -> dict:
@@ -75,18 +56,13 @@ def _case(case: dict[str, Any], repeat: int) -> dict:
         clients.sync()
         return out
 
-    result = common.against_peers("ours", ours, case["numpy"], *_torch(case["torch"], case["inputs"]), repeat)
+    result = common.against_peers("ours", ours, case["numpy"], *common.torch_variant(case["torch"], case["inputs"]),
+                                  repeat)
     with clients.inspect() as rec:
         ours()
     result["kernels"] = [f"{k.kind} ({', '.join(k.ops)}; {k.variant})" for k in rec.kernels]
     if dtime.profiling(clients.client_for().server.runtime.queue):
-        def kernel_seconds() -> float | None:
-            with clients.inspect() as rec:
-                ours()
-            seconds = [k.device_seconds for k in rec.kernels]
-            return None if not seconds or None in seconds else float(sum(seconds))
-
-        kernel = dtime.device_rounds({"kernels": kernel_seconds}, repeat)["kernels"]
+        kernel = dtime.device_rounds({"kernels": dtime.fused_seconds(case["ours"])}, repeat)["kernels"]
         result["kernel_time"] = kernel.to_dict()
         result["gb_per_s"] = case["inputs"][0].nbytes / kernel.median / 1e9
     return result
@@ -100,18 +76,15 @@ def run(size: str = "large", repeat: int = 10) -> dict:
 def report(result: dict) -> None:
     rows = []
     for name, r in result["cases"].items():
-        v = r["variants"]
-        rows.append([name, common.ms(v["ours"]["median_s"]),
-                     None if "kernel_time" not in r else common.ms(r["kernel_time"]["median_s"]), r.get("gb_per_s"),
-                     common.ms(v["numpy"]["median_s"]), None if "torch" not in v else common.ms(v["torch"]["median_s"]),
-                     r["numpy_over_ours"]["paired_median"], r.get("torch_over_ours", {}).get("paired_median")])
+        ours, peers = common.peer_cells(r)
+        rows.append([name, *ours, None if "kernel_time" not in r else common.ms(r["kernel_time"]["median_s"]),
+                     r.get("gb_per_s"), *peers])
     common.print_table("matrix-vector products, float32 (medians)",
                        ["case", "ours ms", "kernel ms", "kernel GB/s", "numpy ms", "torch ms",
                         "numpy / ours", "torch / ours"], rows)
     for name, r in result["cases"].items():
         print(f"{name}: {'; '.join(r['kernels'])}")
-    notes = {r["torch"] for r in result["cases"].values()}
-    print("torch: " + "; ".join(sorted(notes)))
+    common.print_torch_notes(list(result["cases"].values()))
 
 
 def main(argv: list[str] | None = None) -> dict:

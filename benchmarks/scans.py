@@ -14,7 +14,6 @@ bytes a single pass moves (read once, write once), which is what a peer's fused 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,25 +25,6 @@ from . import device_timing as dtime
 
 NAME = "scans"
 SHAPES = {"large": ((1, 1 << 24), (4096, 4096)), "small": ((1, 1 << 20), (1024, 1024))}
-
-
-def _torch(a: np.ndarray) -> tuple[Callable[[], Any] | None, str]:
-    try:
-        import torch
-    except ImportError:
-        return None, "torch not installed"
-    if not torch.cuda.is_available():  # the CPU, where the device is a CPU too
-        t = torch.from_numpy(a)
-        note = f"PyTorch {torch.__version__} on the CPU ({torch.get_num_threads()} threads)"
-        return (lambda: torch.cumsum(t, dim=-1)), note
-    t = torch.from_numpy(a).cuda()
-
-    def run() -> Any:
-        out = torch.cumsum(t, dim=-1)
-        torch.cuda.synchronize()
-        return out
-
-    return run, f"PyTorch {torch.__version__} on {torch.cuda.get_device_name()}"
 
 
 def _shape(shape: tuple[int, int], repeat: int) -> dict:
@@ -60,7 +40,8 @@ def _shape(shape: tuple[int, int], repeat: int) -> dict:
         return out
 
     result = {"shape": list(shape),
-              **common.against_peers("fused", fused, lambda: np.cumsum(a, axis=-1), *_torch(a), repeat)}
+              **common.against_peers("fused", fused, lambda: np.cumsum(a, axis=-1),
+                                     *common.torch_variant(lambda t: t.cumsum(dim=-1), (a,)), repeat)}
     if dtime.profiling(clients.client_for().server.runtime.queue):
         with clients.inspect() as rec:
             fused()
@@ -81,16 +62,14 @@ def run(size: str = "large", repeat: int = 10) -> dict:
 def report(result: dict) -> None:
     rows = []
     for r in result["cases"].values():
-        v = r["variants"]
-        rows.append([f"{r['shape'][0]} x {r['shape'][1]}", r.get("kernels"), common.ms(v["fused"]["median_s"]),
+        ours, peers = common.peer_cells(r, "fused")
+        rows.append([f"{r['shape'][0]} x {r['shape'][1]}", r.get("kernels"), *ours,
                      None if "kernel_time" not in r else common.ms(r["kernel_time"]["median_s"]),
-                     r.get("single_pass_gb_per_s"), common.ms(v["numpy"]["median_s"]),
-                     None if "torch" not in v else common.ms(v["torch"]["median_s"]),
-                     r["numpy_over_fused"]["paired_median"], r.get("torch_over_fused", {}).get("paired_median")])
+                     r.get("single_pass_gb_per_s"), *peers])
     common.print_table("cumulative_sum of float32 along rows (medians)",
                        ["shape", "kernels", "fused ms", "kernel ms", "GB/s (1 pass)", "numpy ms", "torch ms",
                         "numpy / fused", "torch / fused"], rows)
-    print(f"torch: {result['cases']['one row']['torch']}")
+    common.print_torch_notes(list(result["cases"].values()))
 
 
 def main(argv: list[str] | None = None) -> dict:

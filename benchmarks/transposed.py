@@ -50,23 +50,14 @@ def _cases(side: int) -> dict[str, tuple[Callable[..., Any], tuple[np.ndarray, .
     }
 
 
-def _torch(expr: Callable[..., Any], inputs: tuple[np.ndarray, ...]) -> tuple[Callable[[], Any] | None, str]:
-    try:
-        import torch
-    except ImportError:
-        return None, "torch not installed"
-    cuda = torch.cuda.is_available()
-    tensors = [torch.from_numpy(a).cuda() if cuda else torch.from_numpy(a) for a in inputs]
-
-    def run() -> Any:
+def _torch_written(expr: Callable[..., Any]) -> Callable[..., Any]:
+    """`expr` for PyTorch, its result made contiguous (torch keeps `x.T + 1` a strided view
+    too; counted as written, as ours and numpy's are)."""
+    def run(*tensors: Any) -> Any:
         out = expr(*tensors)
-        out = out.contiguous() if out.dim() else out  # (torch keeps x.T + 1 a strided view too; counted as written)
-        if cuda:
-            torch.cuda.synchronize()
-        return out
+        return out.contiguous() if out.dim() else out
 
-    where = torch.cuda.get_device_name() if cuda else f"the CPU ({torch.get_num_threads()} threads)"
-    return run, f"PyTorch {torch.__version__} on {where}"
+    return run
 
 
 def _case(expr: Callable[..., Any], inputs: tuple[np.ndarray, ...], repeat: int) -> dict:
@@ -79,7 +70,8 @@ def _case(expr: Callable[..., Any], inputs: tuple[np.ndarray, ...], repeat: int)
         clients.sync()
         return out
 
-    result = common.against_peers("ours", ours, lambda: expr(*inputs), *_torch(expr, inputs), repeat)
+    result = common.against_peers("ours", ours, lambda: expr(*inputs),
+                                  *common.torch_variant(_torch_written(expr), inputs), repeat)
     with clients.inspect() as rec:
         ours()
     result["kernels"] = [f"{k.kind} ({', '.join(k.ops)})" for k in rec.kernels]
@@ -95,17 +87,13 @@ def run(size: str = "large", repeat: int = 10) -> dict:
 def report(result: dict) -> None:
     rows = []
     for name, r in result["cases"].items():
-        v = r["variants"]
-        rows.append([name, common.ms(v["ours"]["median_s"]), common.ms(v["numpy"]["median_s"]),
-                     None if "torch" not in v else common.ms(v["torch"]["median_s"]),
-                     r["numpy_over_ours"]["paired_median"], r.get("torch_over_ours", {}).get("paired_median"),
-                     len(r["kernels"])])
+        ours, peers = common.peer_cells(r)
+        rows.append([name, *ours, *peers, len(r["kernels"])])
     common.print_table(f"transposed operands, {result['side']}^2 float32 (medians)",
                        ["case", "ours ms", "numpy ms", "torch ms", "numpy / ours", "torch / ours", "kernels"], rows)
     for name, r in result["cases"].items():
         print(f"{name}: {'; '.join(r['kernels'])}")
-    notes = {r["torch"] for r in result["cases"].values()}
-    print("torch: " + "; ".join(sorted(notes)))
+    common.print_torch_notes(list(result["cases"].values()))
 
 
 def main(argv: list[str] | None = None) -> dict:
