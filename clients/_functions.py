@@ -259,9 +259,14 @@ def _block_of(t: Tensor, order: tuple[int, ...]) -> Tensor:
 def in_given_order(block: Tensor, order: tuple[int, ...]) -> Tensor:
     """The view of `block` that `permute_dims(view, order)` turns back into it, marked as
     such: element-wise ops and reductions of it then work on `block` itself."""
-    view = permute_dims(block, tuple(sorted(range(len(order)), key=order.__getitem__)))
+    view = permute_dims(block, inverse_permutation(order))
     view._dense_base = (block, order)
     return view
+
+
+def inverse_permutation(order: Sequence[int]) -> tuple[int, ...]:
+    """The axes that undo `permute_dims(x, order)`."""
+    return tuple(sorted(range(len(order)), key=order.__getitem__))
 
 
 def _binary_in_dense_order(name: str, a: Tensor, b: Tensor) -> Tensor | None:
@@ -271,13 +276,13 @@ def _binary_in_dense_order(name: str, a: Tensor, b: Tensor) -> Tensor | None:
     None otherwise (a row-major operand beside a transposed one: one of them is read
     across its rows either way)."""
     shape = broadcast_shapes(a.shape, b.shape)
-    orders = {_dense_order(t) for t in (a, b) if t.shape == shape}
-    orders.discard(None)
-    if len(orders) != 1:
+    orders = [_dense_order(t) if t.shape == shape else None for t in (a, b)]
+    found = set(orders) - {None}
+    if len(found) != 1:
         return None
-    order = orders.pop()
-    for t in (a, b):
-        if (t.shape != shape or _dense_order(t) != order) and sum(n > 1 for n in t.shape) > 1:
+    order = found.pop()
+    for t, o in zip((a, b), orders):
+        if o != order and sum(n > 1 for n in t.shape) > 1:
             return None
     a, b = (t if t.shape == shape else broadcast_to(t, shape) for t in (a, b))
     return _in_dense_order(lambda x, y: binary(name, x, y), order, a, b)

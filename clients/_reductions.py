@@ -121,7 +121,7 @@ def _in_dense_order(name: str, x: Tensor, order: tuple[int, ...], axes: tuple[in
     back = [in_block.index(d) for d in kept]  # result axis i is the block result's axis back[i]
     if back == sorted(back):
         return reduced
-    return F.in_given_order(reduced, tuple(sorted(range(len(back)), key=back.__getitem__)))
+    return F.in_given_order(reduced, F.inverse_permutation(back))
 
 
 def sum(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
