@@ -62,6 +62,24 @@ def test_arithmetic_wraps_as_numpy(dtype):
         same(getattr(clients, name)(x, y), getattr(np, name)(a, b))
 
 
+@pytest.mark.parametrize("n", [5, 13, 1031], ids=lambda n: f"n{n}")
+@pytest.mark.parametrize("dtype", INTEGERS, ids=lambda d: d.__name__)
+def test_the_not_of_a_min_max_or_select_keeps_its_not(dtype, n):
+    """Every element, the tail past the vectors included: Intel's CPU runtime dropped the
+    not of a scalar integer min, max or min-like select (it returned the min itself)."""
+    a, b = full_range(dtype, n, 3), full_range(dtype, n, 4)[::-1].copy()
+    x, y = clients.asarray(a), clients.asarray(b)
+    same(~clients.minimum(x, y), ~np.minimum(a, b))
+    same(~clients.maximum(x, y), ~np.maximum(a, b))
+    same(clients.bitwise_xor(clients.minimum(x, y), ~clients.zeros_like(x)), ~np.minimum(a, b))
+    same(~clients.clip(x, y, None), ~np.maximum(a, b))
+    same(clients.where(x < y, ~x, ~y), np.where(a < b, ~a, ~b))
+    same(~clients.where(x > y, x, y), ~np.maximum(a, b))
+    if np.iinfo(dtype).min < 0:
+        with np.errstate(over="ignore"):
+            same(-clients.minimum(x, y) - 1, -np.minimum(a, b) - 1)
+
+
 @pytest.mark.parametrize("dtype", SMALL, ids=lambda d: d.__name__)
 def test_a_chain_over_a_small_dtype_is_one_kernel(dtype):
     a, b = full_range(dtype, 4099, 3), full_range(dtype, 4099, 4)

@@ -114,6 +114,11 @@ def _complex_cast(expr: str, src: np.dtype, dst: np.dtype) -> str:
 
 def select(cond_bool: str, a: str, b: str, dtype: np.dtype, width: int) -> str:
     """cond ? a : b, with `cond_bool` a 0/1 bool value."""
+    if width == 1 and dt.is_int(dtype):
+        # Through two lanes, as integer min and max (see `emit`): Intel's CPU runtime folds
+        # `c ? ~a : ~b` and `~(a < b ? a : b)` into a not of a min and gets it wrong.
+        pair, mask = type_name(dtype, 2), dt.CL_MASK_NAME[dtype]
+        return f"select(({pair})({b}), ({pair})({a}), ({mask}2)(-({mask})({cond_bool}))).s0"
     if width == 1:
         return f"(({cond_bool}) ? ({a}) : ({b}))"
     mask = f"{dt.CL_MASK_NAME[dtype]}{width}"
@@ -320,6 +325,13 @@ def emit(
         if isf:
             op = ">" if name == "maximum" else "<"
             return pick(f"(({a}) {op} ({b})) | {is_nan(a)}", a, b, width), compute
+        if width == 1:
+            # Through two lanes: Intel's CPU runtime (2026.22) drops the bitwise not of a
+            # scalar integer min or max of two values (`~min(a, b)`, `-min(a, b) - 1`, and
+            # the selects its optimizer folds into them) and returns the min or max itself;
+            # its vector min and max are right. Other compilers keep one lane.
+            pair = type_name(compute, 2)
+            return f"{name[:3]}(({pair})({a}), ({pair})({b})).s0", compute
         return f"{name[:3]}({a}, {b})", compute
     if needs_helper(name, compute):
         return f"{helper_name(name, compute)}({a}, {b})", compute

@@ -386,6 +386,14 @@ def vector_canaries(size: int, fp64: bool) -> list[Canary]:
             return _elementwise(ops, x, y, z, w, d, fp64)
 
         out.append(Canary("elementwise", d, elementwise, _four((N,)), sizes=touched))
+        if dt.is_int(d):
+            # Alone, each in its own block: Intel's CPU runtime dropped the not of a scalar
+            # integer min (the vector tail), but not where another not of x sat beside it.
+            out.append(Canary("invert-min", d, lambda ops, x, y, z, w: {
+                "invert_min": ops.bitwise_invert(ops.minimum(x, y))}, _four((N,)), sizes=touched))
+            out.append(Canary("select-inverted", d, lambda ops, x, y, z, w: {
+                "select": ops.where(ops.less(x, y), ops.bitwise_invert(x), ops.bitwise_invert(y))}, _four((N,)),
+                sizes=touched))
     loop = (("reduce_strategy", "loop"),)
     for d in dtypes:
         if dt.is_bool(d):
