@@ -84,6 +84,11 @@ def is_unsigned(dtype: np.dtype) -> bool:
     return dtype.kind == "u"
 
 
+def unsigned_of(dtype: np.dtype) -> np.dtype:
+    """The unsigned integer dtype of `dtype`'s size."""
+    return np.dtype(f"u{dtype.itemsize}")
+
+
 def is_bool(dtype: np.dtype) -> bool:
     return dtype.kind == "b"
 

@@ -62,6 +62,35 @@ def test_arithmetic_wraps_as_numpy(dtype):
         same(getattr(clients, name)(x, y), getattr(np, name)(a, b))
 
 
+@pytest.mark.parametrize("dtype", INTEGERS, ids=lambda d: d.__name__)
+def test_overflow_wraps_where_the_compiler_could_assume_it_does_not(dtype):
+    """A wrapped value widened, compared or tested for its sign: with signed arithmetic
+    spelled plainly in C, the drivers' compilers assumed no overflow (an int32 sum cast to
+    int64 kept its carry, abs(INT_MIN) < 0 was false, the sign of a wrapped square was 1),
+    in vector code and scalar tails alike."""
+    info = np.iinfo(dtype)
+    a = np.resize(np.array([info.max, info.min, info.max - 1, info.min + 1, -1 if info.min else 1, 3, 0],
+                           dtype), 37)
+    b = np.resize(np.array([1, info.min, 2, info.max, info.max, -7 if info.min else 7, 5], dtype), 37)
+    x, y = clients.asarray(a), clients.asarray(b)
+    wide = np.float64 if dtype == np.uint64 else np.int64
+    with np.errstate(over="ignore"):
+        same((x + y).astype(wide), (a + b).astype(wide))
+        same((x - y).astype(wide), (a - b).astype(wide))
+        same((x * y).astype(wide), (a * b).astype(wide))
+        same(x * y < 0, a * b < 0)
+        same(x + 1 > x, a + dtype(1) > a)
+        same(clients.sign(clients.square(x)), np.sign(np.square(a)))
+        same((-x).astype(wide), (-a).astype(wide))
+        same(clients.abs(x).astype(wide), np.abs(a).astype(wide))
+        same(clients.abs(x) < 0, np.abs(a) < 0)
+        same((x ** 3).astype(wide), (a ** 3).astype(wide))
+        counts = np.resize(np.arange(7, dtype=dtype), 37)
+        same((x << clients.asarray(counts)).astype(wide), np.left_shift(a, counts).astype(wide))
+        if info.min < 0:
+            same((x // clients.asarray(np.full(37, -1, dtype))).astype(wide), (a // dtype(-1)).astype(wide))
+
+
 @pytest.mark.parametrize("n", [5, 13, 1031], ids=lambda n: f"n{n}")
 @pytest.mark.parametrize("dtype", INTEGERS, ids=lambda d: d.__name__)
 def test_the_not_of_a_min_max_or_select_keeps_its_not(dtype, n):

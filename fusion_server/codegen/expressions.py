@@ -136,6 +136,30 @@ def pick(mask: str, a: str, b: str, width: int) -> str:
     return f"select({b}, {a}, {mask})"
 
 
+def _wraps(compute: np.dtype) -> bool:
+    """Whether integer arithmetic of `compute` needs `wrapping`: signed integers (their
+    overflow is undefined in C, and compilers use that) and, in scalar code, unsigned
+    ones of 1 or 2 bytes too (C promotes those to a signed int: 65535 * 65535 overflows)."""
+    return dt.is_int(compute) and (not dt.is_unsigned(compute) or compute.itemsize <= 2)
+
+
+def wrapping(op: str, args: list[str], compute: np.dtype, width: int) -> str:
+    """Integer `a op b` (or `op a` for one argument) wrapping around as numpy's does: in
+    the unsigned type of the size, read back as `compute`. In signed types the compilers
+    assume that no overflow happens: `x + 1 > x` folded to true, `abs(INT_MIN) < 0` to
+    false, and a wrapped int32 sum cast to int64 kept its carry, on all three drivers."""
+    t = dt.CL_NAME[compute]
+    unsigned = dt.CL_NAME[dt.unsigned_of(compute)]
+    if width == 1:
+        wide = "ulong" if compute.itemsize == 8 else "uint"  # (no promotion to a signed int)
+        terms = [f"({wide})({a})" for a in args]
+        value = f"({op}{terms[0]})" if len(terms) == 1 else f"({terms[0]} {op} {terms[1]})"
+        return f"as_{t}(({unsigned})({value}))"
+    terms = [f"as_{unsigned}{width}({a})" for a in args]
+    value = f"({op}{terms[0]})" if len(terms) == 1 else f"({terms[0]} {op} {terms[1]})"
+    return f"as_{t}{width}({value})"
+
+
 # Ops whose integer (or float) form needs a helper function with branches; kernels that
 # use them run one element per work-item.
 SCALAR_ONLY = {"floor_divide", "remainder"}
@@ -233,6 +257,7 @@ def helper_source(name: str, compute: np.dtype) -> str:
     """A C function implementing numpy's semantics of `name` for scalars of `compute`."""
     t = dt.CL_NAME[compute]
     fn = helper_name(name, compute)
+    wide = "ulong" if compute.itemsize == 8 else "uint"  # (integers: where products wrap)
     if dt.is_float(compute):
         # numpy's npy_divmod: floor division and a remainder with the divisor's sign.
         # Infinite operands follow the Array API instead (numpy gives NaN, or -1 for a
@@ -258,10 +283,10 @@ def helper_source(name: str, compute: np.dtype) -> str:
         body = {
             "floor_divide": "return b == 0 ? 0 : a / b;",
             "remainder": "return b == 0 ? 0 : a % b;",
-            "pow": (
-                f"{t} r = 1;\n"
-                "  while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }\n"
-                "  return r;"
+            "pow": (  # (1- and 2-byte values multiply as uint: C would promote them to int)
+                f"{wide} r = 1, x = a;\n"
+                "  while (b) { if (b & 1) r *= x; x *= x; b >>= 1; }\n"
+                f"  return ({t})r;"
             ),
         }[name]
     else:
@@ -269,7 +294,7 @@ def helper_source(name: str, compute: np.dtype) -> str:
         body = {
             "floor_divide": (
                 "if (b == 0) return 0;\n"
-                "  if (b == -1) return -a;\n"
+                f"  if (b == -1) return {wrapping('-', ['a'], compute, 1)};\n"
                 f"  {t} q = a / b;\n"
                 "  if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;\n"
                 "  return q;"
@@ -280,11 +305,11 @@ def helper_source(name: str, compute: np.dtype) -> str:
                 "  if (r != 0 && ((r < 0) != (b < 0))) r += b;\n"
                 "  return r;"
             ),
-            "pow": (
+            "pow": (  # (in the unsigned type: the product wraps as numpy's)
                 "if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);\n"
-                f"  {t} r = 1;\n"
-                "  while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }\n"
-                "  return r;"
+                f"  {wide} r = 1, x = ({wide})a;\n"
+                "  while (b) { if (b & 1) r *= x; x *= x; b >>= 1; }\n"
+                f"  return as_{t}(({dt.CL_NAME[dt.unsigned_of(compute)]})r);"
             ),
         }[name]
     return f"static {t} {fn}({t} a, {t} b) {{\n  {body}\n}}\n"
@@ -308,6 +333,8 @@ def emit(
         return f"(({a}) {_COMPARE[name]} ({b}))", None
     if isb and name in _BOOL_INFIX:
         return f"(({a}) {_BOOL_INFIX[name]} ({b}))", compute
+    if name in ("add", "subtract", "multiply") and _wraps(compute):
+        return wrapping(_INFIX[name], [a, b], compute, width), compute
     if name in _INFIX:
         return f"(({a}) {_INFIX[name]} ({b}))", compute
     if name == "bitwise_left_shift" or name == "bitwise_right_shift":
@@ -317,8 +344,9 @@ def emit(
         bits = f"(({b}) < (({T})({compute.itemsize * 8})))"
         unsigned = dt.is_unsigned(compute)  # (no negative counts or values: no tests of them)
         in_range = bits if unsigned else f"(({b}) >= {zero}) & {bits}"
-        if name == "bitwise_left_shift":
-            return pick(in_range, f"(({a}) << ({b}))", zero, width), compute
+        if name == "bitwise_left_shift":  # (of a negative value: undefined in a signed type)
+            shifted = wrapping("<<", [a, b], compute, width) if _wraps(compute) else f"(({a}) << ({b}))"
+            return pick(in_range, shifted, zero, width), compute
         sign = zero if unsigned else pick(f"({a}) < {zero}", f"(({T})(-1))", zero, width)
         return pick(in_range, f"(({a}) >> ({b}))", sign, width), compute
     if name == "maximum" or name == "minimum":
@@ -369,15 +397,18 @@ def emit(
             return f"fabs({a})", compute
         if isb or dt.is_unsigned(compute):
             return a, compute
-        return pick(f"({a}) < (({T})(0))", f"-({a})", a, width), compute
+        # max(a, -a), -a wrapping: abs(INT_MIN) is INT_MIN, as numpy's. (PoCL 3.0's abs()
+        # of INT_MIN widened to a long gave 2^31; `a < 0 ? -a : a` becomes an intrinsic
+        # that Oclgrind's interpreter lacks.)
+        return f"max({a}, {wrapping('-', [a], compute, width)})", compute
     if name == "negative":
-        return f"(-({a}))", compute
+        return (wrapping("-", [a], compute, width) if _wraps(compute) else f"(-({a}))"), compute
     if name in ("positive", "copy", "conj", "real"):  # (of a real value)
         return a, compute
     if name == "imag":
         return f"(({T})(0))", compute
     if name == "square":
-        return f"(({a}) * ({a}))", compute
+        return (wrapping("*", [a, a], compute, width) if _wraps(compute) else f"(({a}) * ({a}))"), compute
     if name == "logical_not":
         return f"(({a}) ^ (({T})(1)))", compute
     if name == "bitwise_invert":
