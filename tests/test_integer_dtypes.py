@@ -91,6 +91,20 @@ def test_overflow_wraps_where_the_compiler_could_assume_it_does_not(dtype):
             same((x // clients.asarray(np.full(37, -1, dtype))).astype(wide), (a // dtype(-1)).astype(wide))
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint64], ids=lambda d: d.__name__)
+def test_sums_and_products_that_wrap_follow_numpy(dtype):
+    """Accumulators wrap as numpy's (in its dtype when asked): rows, columns, everything."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(11)
+    a = rng.integers(info.max // 4, info.max, (9, 203), dtype=dtype, endpoint=True)
+    x = clients.asarray(a)
+    with np.errstate(over="ignore"):
+        for axis in (None, 0, 1):
+            same(clients.sum(x, axis=axis, dtype=dtype), np.sum(a, axis=axis, dtype=dtype))
+            same(clients.prod(x, axis=axis, dtype=dtype), np.prod(a, axis=axis, dtype=dtype))
+            same(clients.sum(x * 3, axis=axis, dtype=dtype) < 0, np.sum(a * dtype(3), axis=axis, dtype=dtype) < 0)
+
+
 @pytest.mark.parametrize("n", [5, 13, 1031], ids=lambda n: f"n{n}")
 @pytest.mark.parametrize("dtype", INTEGERS, ids=lambda d: d.__name__)
 def test_the_not_of_a_min_max_or_select_keeps_its_not(dtype, n):

@@ -136,7 +136,7 @@ def pick(mask: str, a: str, b: str, width: int) -> str:
     return f"select({b}, {a}, {mask})"
 
 
-def _wraps(compute: np.dtype) -> bool:
+def wraps(compute: np.dtype) -> bool:
     """Whether integer arithmetic of `compute` needs `wrapping`: signed integers (their
     overflow is undefined in C, and compilers use that) and, in scalar code, unsigned
     ones of 1 or 2 bytes too (C promotes those to a signed int: 65535 * 65535 overflows)."""
@@ -333,7 +333,7 @@ def emit(
         return f"(({a}) {_COMPARE[name]} ({b}))", None
     if isb and name in _BOOL_INFIX:
         return f"(({a}) {_BOOL_INFIX[name]} ({b}))", compute
-    if name in ("add", "subtract", "multiply") and _wraps(compute):
+    if name in ("add", "subtract", "multiply") and wraps(compute):
         return wrapping(_INFIX[name], [a, b], compute, width), compute
     if name in _INFIX:
         return f"(({a}) {_INFIX[name]} ({b}))", compute
@@ -345,7 +345,7 @@ def emit(
         unsigned = dt.is_unsigned(compute)  # (no negative counts or values: no tests of them)
         in_range = bits if unsigned else f"(({b}) >= {zero}) & {bits}"
         if name == "bitwise_left_shift":  # (of a negative value: undefined in a signed type)
-            shifted = wrapping("<<", [a, b], compute, width) if _wraps(compute) else f"(({a}) << ({b}))"
+            shifted = wrapping("<<", [a, b], compute, width) if wraps(compute) else f"(({a}) << ({b}))"
             return pick(in_range, shifted, zero, width), compute
         sign = zero if unsigned else pick(f"({a}) < {zero}", f"(({T})(-1))", zero, width)
         return pick(in_range, f"(({a}) >> ({b}))", sign, width), compute
@@ -402,13 +402,13 @@ def emit(
         # that Oclgrind's interpreter lacks.)
         return f"max({a}, {wrapping('-', [a], compute, width)})", compute
     if name == "negative":
-        return (wrapping("-", [a], compute, width) if _wraps(compute) else f"(-({a}))"), compute
+        return (wrapping("-", [a], compute, width) if wraps(compute) else f"(-({a}))"), compute
     if name in ("positive", "copy", "conj", "real"):  # (of a real value)
         return a, compute
     if name == "imag":
         return f"(({T})(0))", compute
     if name == "square":
-        return (wrapping("*", [a, a], compute, width) if _wraps(compute) else f"(({a}) * ({a}))"), compute
+        return (wrapping("*", [a, a], compute, width) if wraps(compute) else f"(({a}) * ({a}))"), compute
     if name == "logical_not":
         return f"(({a}) ^ (({T})(1)))", compute
     if name == "bitwise_invert":

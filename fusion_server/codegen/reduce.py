@@ -145,16 +145,26 @@ def _fold(kind: str, acc: np.dtype, a: str, v: str) -> str:
 def _combine(kind: str, acc: np.dtype, a: str, v: str) -> str:
     """Statement folding value `v` into accumulator `a` (not for arg kinds)."""
     if kind == "sum":
-        return f"{a} += {v};"
+        return _add_into(acc, a, v, 1)
     if kind == "prod":
-        return _multiply_into(acc, a, v)
+        return _multiply_into(acc, a, v, 1)
     return f"if ({_better(kind, acc, v, a)}) {a} = {v};"
 
 
-def _multiply_into(acc: np.dtype, a: str, v: str) -> str:
-    """`a *= v`, for complex values too (a product of complex numbers is no product of lanes)."""
+def _add_into(acc: np.dtype, a: str, v: str, width: int) -> str:
+    """`a += v`, wrapping around as numpy's sums of integers (ex.wrapping)."""
+    if ex.wraps(acc):
+        return f"{a} = {ex.wrapping('+', [a, v], acc, width)};"
+    return f"{a} += {v};"
+
+
+def _multiply_into(acc: np.dtype, a: str, v: str, width: int) -> str:
+    """`a *= v`, for complex values too (a product of complex numbers is no product of
+    lanes), wrapping around for integers."""
     if acc.kind == "c":
         return f"{a} = {complex_math.call('multiply', [a, v], dt.CL_NAME[dt.real_of(acc)])};"
+    if ex.wraps(acc):
+        return f"{a} = {ex.wrapping('*', [a, v], acc, width)};"
     return f"{a} *= {v};"
 
 
@@ -222,9 +232,9 @@ def _vector_fold(kind: str, acc: np.dtype, a: str, v: str, width: int) -> str:
         return (f"const {index}{width} better = {_better(kind, acc, v, a, vector=True)}; "
                 f"{a} = better ? ({v}) : {a}; argv = better ? lanes + ({index})r : argv;")
     if kind == "sum":
-        return f"{a} += {v};"
+        return _add_into(acc, a, v, width)
     if kind == "prod":
-        return _multiply_into(acc, a, v)
+        return _multiply_into(acc, a, v, width)
     if dt.is_float(acc):
         # A compare and a blend, and NaN lanes gathered in a mask tested once after the
         # loop: PoCL calls fmax/fmin and any() as functions (max ran at 0.58x sum's speed).
