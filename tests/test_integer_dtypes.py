@@ -225,13 +225,21 @@ def test_indexing_views_and_assignment(dtype):
     same(clients.concat([x, x[:2]]), np.concatenate([a, a[:2]]))
 
 
-@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.uint32, np.uint64], ids=lambda d: d.__name__)
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.uint32, np.uint64, np.int32, np.int64],
+                         ids=lambda d: d.__name__)
 def test_matmul_wraps_as_numpy(dtype):
     rng = np.random.default_rng(9)
     a = rng.integers(0, 40, (19, 33)).astype(dtype)
     b = rng.integers(0, 40, (33, 21)).astype(dtype)
     with np.errstate(over="ignore"):
         same(clients.asarray(a) @ clients.asarray(b), a @ b)
+        if np.dtype(dtype).itemsize >= 4:  # products and sums past the range, widened after
+            info = np.iinfo(dtype)
+            big = rng.integers(info.max // 8, info.max, (19, 33), dtype=dtype, endpoint=True)
+            x, y = clients.asarray(big), clients.asarray(big.T.copy())
+            wide = np.float64 if dtype == np.uint64 else np.int64
+            same((x @ y).astype(wide), (big @ big.T).astype(wide))
+            same(x @ y < 0, big @ big.T < 0)
 
 
 @pytest.mark.parametrize("dtype", SMALL, ids=lambda d: d.__name__)

@@ -24,6 +24,7 @@ from .. import dtypes as dt
 from . import complex_math
 from . import elementwise as ew
 from . import epilogue as ep
+from . import expressions as ex
 from . import signature as sig
 
 TK = 8  # depth of a K step (8 ran 1.2x faster than 16 or 32 on an H200: less local memory, more groups per unit)
@@ -186,8 +187,6 @@ def generate(spec: MatmulSpec) -> tuple[str, str]:
     epi = spec.epilogue
     types = {spec.dtype} | {d for d, _ in epi.inputs} | set(epi.scalars) | {op.out for op in epi.ops}
     types |= {op.compute for op in epi.ops}
-    from . import expressions as ex
-
     # (complex products: the product of two values is the multiply op's)
     product = (ew.TraceOp("multiply", spec.dtype, spec.dtype, ()),) if spec.dtype.kind == "c" else ()
     src = ex.prelude(epi.ops + product, types)
@@ -262,7 +261,7 @@ def generate(spec: MatmulSpec) -> tuple[str, str]:
         for q in range(0, WPT, 4):
             src.append(f"      vstore4(*(__local const {vec}*)&As[k][ty * {WPT} + {q}], 0, a + {q});")
             src.append(f"      vstore4(*(__local const {vec}*)&Bs[k][tx * {WPT} + {q}], 0, b + {q});")
-        fold = "acc[i][j] = fma(a[i], b[j], acc[i][j]);" if dt.is_float(spec.dtype) else "acc[i][j] += a[i] * b[j];"
+        fold = _fold_product(spec.dtype)
     src.append(f"      for (int i = 0; i < {WPT}; ++i) for (int j = 0; j < {WPT}; ++j) {fold}")
     src.append("    }")
     src.append("    barrier(CLK_LOCAL_MEM_FENCE);")
@@ -320,7 +319,7 @@ def _aligned_body(spec: MatmulSpec, t: str) -> list[str]:
     for g in range(groups):
         compute.append(f"      vstore4(vload4(0, &As[BUF][k][{g * 64} + ty * 4]), 0, a + {4 * g});")
         compute.append(f"      vstore4(vload4(0, &Bs[BUF][k][{g * 64} + tx * 4]), 0, b + {4 * g});")
-    fold = "acc[i][j] = fma(a[i], b[j], acc[i][j]);" if dt.is_float(spec.dtype) else "acc[i][j] += a[i] * b[j];"
+    fold = _fold_product(spec.dtype)
     compute += [f"      for (int i = 0; i < {wpt}; ++i) for (int j = 0; j < {wpt}; ++j) {fold}", "    }"]
     if spec.double_buffer:
         lines += ["  " + x for x in load] + ["  " + x for x in store["0"]]
@@ -423,7 +422,7 @@ def _rows_body(spec: MatmulSpec, t: str) -> list[str]:
     for r in range(micro):
         lines.append(f"        const {vec} x{r} = ({vec})(arow{r}[kk * sAk]);")
         for w in range(vectors):
-            lines.append(f"        c{r}_{w} = x{r} * b{w} + c{r}_{w};")
+            lines.append(f"        c{r}_{w} = {_multiply_add(spec.dtype, f'x{r}', f'b{w}', f'c{r}_{w}', width)};")
     lines.append("      }")
     for r in range(micro):
         for w in range(vectors):
@@ -465,3 +464,18 @@ def rows_layout(spec: MatmulSpec) -> RowsLayout:
     width = min(16, max(1, spec.vector_bytes // np.dtype(spec.dtype).itemsize))
     micro, blocks, kstep, vectors = ROWS_TUNING.get(min(spec.vector_bytes, 64), ROWS_NARROW)
     return RowsLayout(vectors * width, blocks * micro, micro, kstep, vectors)
+
+
+def _multiply_add(dtype: np.dtype, x: str, y: str, acc: str, width: int) -> str:
+    """x * y + acc: for floats as written (contracted into an fma where the kernel allows),
+    for integers wrapping around as numpy's (expressions.wrapping)."""
+    if not ex.wraps(dtype):
+        return f"{x} * {y} + {acc}"
+    return ex.wrapping("+", [ex.wrapping("*", [x, y], dtype, width), acc], dtype, width)
+
+
+def _fold_product(dtype: np.dtype) -> str:
+    """The statement adding a[i] * b[j] into acc[i][j] (a tile's inner loop)."""
+    if dt.is_float(dtype):
+        return "acc[i][j] = fma(a[i], b[j], acc[i][j]);"
+    return f"acc[i][j] = {_multiply_add(dtype, 'a[i]', 'b[j]', 'acc[i][j]', 1)};"
