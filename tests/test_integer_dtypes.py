@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import clients
+from tests.conftest import server_settings
 
 SMALL = [np.int8, np.int16, np.uint8, np.uint16, np.uint32, np.uint64]
 INTEGERS = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
@@ -91,7 +92,7 @@ def test_overflow_wraps_where_the_compiler_could_assume_it_does_not(dtype):
             same((x // clients.asarray(np.full(37, -1, dtype))).astype(wide), (a // dtype(-1)).astype(wide))
 
 
-@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint64], ids=lambda d: d.__name__)
+@pytest.mark.parametrize("dtype", INTEGERS, ids=lambda d: d.__name__)
 def test_sums_and_products_that_wrap_follow_numpy(dtype):
     """Accumulators wrap as numpy's (in its dtype when asked): rows, columns, everything."""
     info = np.iinfo(dtype)
@@ -103,6 +104,9 @@ def test_sums_and_products_that_wrap_follow_numpy(dtype):
             same(clients.sum(x, axis=axis, dtype=dtype), np.sum(a, axis=axis, dtype=dtype))
             same(clients.prod(x, axis=axis, dtype=dtype), np.prod(a, axis=axis, dtype=dtype))
             same(clients.sum(x * 3, axis=axis, dtype=dtype) < 0, np.sum(a * dtype(3), axis=axis, dtype=dtype) < 0)
+        for axis in (0, 1):
+            same(clients.cumulative_sum(x, axis=axis, dtype=dtype), np.cumsum(a, axis=axis, dtype=dtype))
+            same(clients.cumulative_prod(x, axis=axis, dtype=dtype), np.cumprod(a, axis=axis, dtype=dtype))
 
 
 @pytest.mark.parametrize("n", [5, 13, 1031], ids=lambda n: f"n{n}")
@@ -121,6 +125,9 @@ def test_the_not_of_a_min_max_or_select_keeps_its_not(dtype, n):
     if np.iinfo(dtype).min < 0:
         with np.errstate(over="ignore"):
             same(-clients.minimum(x, y) - 1, -np.minimum(a, b) - 1)
+    m = full_range(dtype, 3 * n, 5).reshape(3, n)  # (columns past the last whole vector too)
+    same(~clients.max(clients.asarray(m), axis=0), ~np.max(m, axis=0))
+    same(~clients.min(clients.asarray(m), axis=1), ~np.min(m, axis=1))
 
 
 @pytest.mark.parametrize("dtype", SMALL, ids=lambda d: d.__name__)
@@ -225,21 +232,20 @@ def test_indexing_views_and_assignment(dtype):
     same(clients.concat([x, x[:2]]), np.concatenate([a, a[:2]]))
 
 
-@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.uint32, np.uint64, np.int32, np.int64],
-                         ids=lambda d: d.__name__)
-def test_matmul_wraps_as_numpy(dtype):
+@pytest.mark.parametrize("strategy", ["tiled", "rows"])
+@pytest.mark.parametrize("dtype", INTEGERS, ids=lambda d: d.__name__)
+def test_matmul_wraps_as_numpy(dtype, strategy):
     rng = np.random.default_rng(9)
     a = rng.integers(0, 40, (19, 33)).astype(dtype)
     b = rng.integers(0, 40, (33, 21)).astype(dtype)
-    with np.errstate(over="ignore"):
+    info = np.iinfo(dtype)  # products and sums past the range, widened and compared after
+    big = rng.integers(info.max // 8, info.max, (19, 33), dtype=dtype, endpoint=True)
+    wide = np.float64 if dtype == np.uint64 else np.int64
+    with server_settings(matmul_strategy=strategy), np.errstate(over="ignore"):
         same(clients.asarray(a) @ clients.asarray(b), a @ b)
-        if np.dtype(dtype).itemsize >= 4:  # products and sums past the range, widened after
-            info = np.iinfo(dtype)
-            big = rng.integers(info.max // 8, info.max, (19, 33), dtype=dtype, endpoint=True)
-            x, y = clients.asarray(big), clients.asarray(big.T.copy())
-            wide = np.float64 if dtype == np.uint64 else np.int64
-            same((x @ y).astype(wide), (big @ big.T).astype(wide))
-            same(x @ y < 0, big @ big.T < 0)
+        x, y = clients.asarray(big), clients.asarray(big.T.copy())
+        same((x @ y).astype(wide), (big @ big.T).astype(wide))
+        same(x @ y < 0, big @ big.T < 0)
 
 
 @pytest.mark.parametrize("dtype", SMALL, ids=lambda d: d.__name__)

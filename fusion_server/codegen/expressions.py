@@ -138,9 +138,14 @@ def pick(mask: str, a: str, b: str, width: int) -> str:
 
 def wraps(compute: np.dtype) -> bool:
     """Whether integer arithmetic of `compute` needs `wrapping`: signed integers (their
-    overflow is undefined in C, and compilers use that) and, in scalar code, unsigned
-    ones of 1 or 2 bytes too (C promotes those to a signed int: 65535 * 65535 overflows)."""
+    overflow is undefined in C, and compilers use that) and unsigned ones of 1 or 2 bytes
+    (C promotes those scalars to a signed int, where 65535 * 65535 overflows)."""
     return dt.is_int(compute) and (not dt.is_unsigned(compute) or compute.itemsize <= 2)
+
+
+def _unsigned_scalar(compute: np.dtype) -> str:
+    """The unsigned type scalar integer arithmetic of `compute` runs in (no promotion)."""
+    return "ulong" if compute.itemsize == 8 else "uint"
 
 
 def wrapping(op: str, args: list[str], compute: np.dtype, width: int) -> str:
@@ -151,13 +156,20 @@ def wrapping(op: str, args: list[str], compute: np.dtype, width: int) -> str:
     t = dt.CL_NAME[compute]
     unsigned = dt.CL_NAME[dt.unsigned_of(compute)]
     if width == 1:
-        wide = "ulong" if compute.itemsize == 8 else "uint"  # (no promotion to a signed int)
-        terms = [f"({wide})({a})" for a in args]
+        terms = [f"({_unsigned_scalar(compute)})({a})" for a in args]
         value = f"({op}{terms[0]})" if len(terms) == 1 else f"({terms[0]} {op} {terms[1]})"
         return f"as_{t}(({unsigned})({value}))"
     terms = [f"as_{unsigned}{width}({a})" for a in args]
     value = f"({op}{terms[0]})" if len(terms) == 1 else f"({terms[0]} {op} {terms[1]})"
     return f"as_{t}{width}({value})"
+
+
+def arithmetic(op: str, args: list[str], compute: np.dtype, width: int) -> str:
+    """`a op b` (or `op a`) of `compute`: `wrapping` where its integers need it, else as
+    written."""
+    if wraps(compute):
+        return wrapping(op, args, compute, width)
+    return f"({op}({args[0]}))" if len(args) == 1 else f"(({args[0]}) {op} ({args[1]}))"
 
 
 # Ops whose integer (or float) form needs a helper function with branches; kernels that
@@ -257,7 +269,7 @@ def helper_source(name: str, compute: np.dtype) -> str:
     """A C function implementing numpy's semantics of `name` for scalars of `compute`."""
     t = dt.CL_NAME[compute]
     fn = helper_name(name, compute)
-    wide = "ulong" if compute.itemsize == 8 else "uint"  # (integers: where products wrap)
+    wide = _unsigned_scalar(compute)  # (integers: where products wrap)
     if dt.is_float(compute):
         # numpy's npy_divmod: floor division and a remainder with the divisor's sign.
         # Infinite operands follow the Array API instead (numpy gives NaN, or -1 for a
@@ -333,8 +345,8 @@ def emit(
         return f"(({a}) {_COMPARE[name]} ({b}))", None
     if isb and name in _BOOL_INFIX:
         return f"(({a}) {_BOOL_INFIX[name]} ({b}))", compute
-    if name in ("add", "subtract", "multiply") and wraps(compute):
-        return wrapping(_INFIX[name], [a, b], compute, width), compute
+    if name in ("add", "subtract", "multiply"):
+        return arithmetic(_INFIX[name], [a, b], compute, width), compute
     if name in _INFIX:
         return f"(({a}) {_INFIX[name]} ({b}))", compute
     if name == "bitwise_left_shift" or name == "bitwise_right_shift":
@@ -345,8 +357,7 @@ def emit(
         unsigned = dt.is_unsigned(compute)  # (no negative counts or values: no tests of them)
         in_range = bits if unsigned else f"(({b}) >= {zero}) & {bits}"
         if name == "bitwise_left_shift":  # (of a negative value: undefined in a signed type)
-            shifted = wrapping("<<", [a, b], compute, width) if wraps(compute) else f"(({a}) << ({b}))"
-            return pick(in_range, shifted, zero, width), compute
+            return pick(in_range, arithmetic("<<", [a, b], compute, width), zero, width), compute
         sign = zero if unsigned else pick(f"({a}) < {zero}", f"(({T})(-1))", zero, width)
         return pick(in_range, f"(({a}) >> ({b}))", sign, width), compute
     if name == "maximum" or name == "minimum":
@@ -400,15 +411,15 @@ def emit(
         # max(a, -a), -a wrapping: abs(INT_MIN) is INT_MIN, as numpy's. (PoCL 3.0's abs()
         # of INT_MIN widened to a long gave 2^31; `a < 0 ? -a : a` becomes an intrinsic
         # that Oclgrind's interpreter lacks.)
-        return f"max({a}, {wrapping('-', [a], compute, width)})", compute
+        return emit("maximum", [a, wrapping("-", [a], compute, width)], compute, width)
     if name == "negative":
-        return (wrapping("-", [a], compute, width) if wraps(compute) else f"(-({a}))"), compute
+        return arithmetic("-", [a], compute, width), compute
     if name in ("positive", "copy", "conj", "real"):  # (of a real value)
         return a, compute
     if name == "imag":
         return f"(({T})(0))", compute
     if name == "square":
-        return (wrapping("*", [a, a], compute, width) if wraps(compute) else f"(({a}) * ({a}))"), compute
+        return arithmetic("*", [a, a], compute, width), compute
     if name == "logical_not":
         return f"(({a}) ^ (({T})(1)))", compute
     if name == "bitwise_invert":

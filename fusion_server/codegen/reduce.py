@@ -137,8 +137,8 @@ def _fold(kind: str, acc: np.dtype, a: str, v: str) -> str:
     if kind in ("max", "min"):
         if dt.is_float(acc):
             return f"{a} = f{kind}({a}, {v}); nan_seen |= {ex.is_nan(v)};"
-        if not dt.is_bool(acc):
-            return f"{a} = {kind}({a}, {v});"
+        if not dt.is_bool(acc):  # (integers: the two-lane spelling of scalar min and max)
+            return f"{a} = {ex.emit('maximum' if kind == 'max' else 'minimum', [a, v], acc, 1)[0]};"
     return _combine(kind, acc, a, v)
 
 
@@ -153,9 +153,7 @@ def _combine(kind: str, acc: np.dtype, a: str, v: str) -> str:
 
 def _add_into(acc: np.dtype, a: str, v: str, width: int) -> str:
     """`a += v`, wrapping around as numpy's sums of integers (ex.wrapping)."""
-    if ex.wraps(acc):
-        return f"{a} = {ex.wrapping('+', [a, v], acc, width)};"
-    return f"{a} += {v};"
+    return f"{a} = {ex.arithmetic('+', [a, v], acc, width)};"
 
 
 def _multiply_into(acc: np.dtype, a: str, v: str, width: int) -> str:
@@ -163,9 +161,7 @@ def _multiply_into(acc: np.dtype, a: str, v: str, width: int) -> str:
     lanes), wrapping around for integers."""
     if acc.kind == "c":
         return f"{a} = {complex_math.call('multiply', [a, v], dt.CL_NAME[dt.real_of(acc)])};"
-    if ex.wraps(acc):
-        return f"{a} = {ex.wrapping('*', [a, v], acc, width)};"
-    return f"{a} *= {v};"
+    return f"{a} = {ex.arithmetic('*', [a, v], acc, width)};"
 
 
 def _prologue_loads(spec: ReduceSpec, indent: str) -> list[str]:

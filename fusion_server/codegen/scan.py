@@ -38,7 +38,7 @@ from . import signature as sig
 PHASES = ("totals", "offsets", "write")
 TILE_PHASES = ("tile_totals", "tile_offsets", "tile_write")  # GPUs: a work-group per tile of a row
 IDENTITY = {"sum": "0", "prod": "1"}
-COMBINE = {"sum": "(a) + (b)", "prod": "(a) * (b)"}
+OPERATOR = {"sum": "+", "prod": "*"}
 # Complex values: the identity of a product is 1 + 0i, and their product no lane-wise one.
 COMPLEX_IDENTITY = {"sum": "(0, 0)", "prod": "(1, 0)"}
 
@@ -107,7 +107,7 @@ def arg_dtypes(spec: ScanSpec) -> list:
 
 
 def _acc_name(acc: np.dtype) -> str:
-    return ("u" + dt.CL_MASK_NAME[acc]) if dt.is_int(acc) else dt.CL_NAME[acc]
+    return dt.CL_NAME[dt.unsigned_of(acc)] if dt.is_int(acc) else dt.CL_NAME[acc]
 
 
 def _store(spec: ScanSpec) -> str:
@@ -133,7 +133,10 @@ def _identity(spec: ScanSpec) -> str:
 def _combine(spec: ScanSpec) -> str:
     if spec.acc.kind == "c" and spec.name == "prod":
         return complex_math.call("multiply", ["(a)", "(b)"], dt.CL_NAME[dt.real_of(spec.acc)])
-    return COMBINE[spec.name]
+    # (integers in the unsigned type, where 1- and 2-byte values wrap as uint: C would
+    # multiply them as int)
+    acc = dt.unsigned_of(spec.acc) if dt.is_int(spec.acc) else spec.acc
+    return ex.arithmetic(OPERATOR[spec.name], ["a", "b"], acc, 1)
 
 
 def _row_input(spec: ScanSpec) -> list[str]:
