@@ -449,6 +449,12 @@ def clip(x: Any, min: Any = None, max: Any = None) -> Tensor:
     """x limited to [min, max] (either may be None), as numpy.clip; NaN propagates."""
     if type(x) is not Tensor:
         x = _as_tensor(x, None)
+    if dt.is_int(x.dtype):  # (numpy's rule: a Python int bound past x's range bounds nothing)
+        info = np.iinfo(x.dtype)
+        if type(min) is int and min <= info.min:
+            min = None
+        if type(max) is int and max >= info.max:
+            max = None
     out = x
     if min is not None:
         out = binary("maximum", out, min)

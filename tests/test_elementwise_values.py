@@ -487,6 +487,20 @@ def test_clip_with_tensor_bounds_broadcast():
     assert_tensor(got, np.clip(a, lo, hi))
 
 
+def test_clip_ignores_a_python_int_bound_past_the_dtypes_range_as_numpy():
+    a = np.array([5, -3, 0], np.int16)
+    lo = np.array([100000, 7, -70000], np.int32)
+    t = clients.asarray(a)
+    assert_tensor(clients.clip(t, 0, 100000), np.clip(a, 0, 100000))
+    assert_tensor(clients.clip(t, -100000, 4), np.clip(a, -100000, 4))
+    assert_tensor(clients.clip(t, clients.asarray(lo), 32767), np.clip(a, lo, 32767))
+    for bounds in ((100000, None), (None, -100000)):  # (a bound inside nothing: numpy raises too)
+        with pytest.raises(OverflowError):
+            np.clip(a, *bounds)
+        with pytest.raises(OverflowError):
+            clients.clip(t, *bounds)
+
+
 # -- astype -----------------------------------------------------------------------------
 _CAST_SOURCE = {
     BOOL: np.array([True, False, True, True, False]),
