@@ -158,6 +158,11 @@ def wrapping(op: str, args: list[str], compute: np.dtype, width: int) -> str:
     if width == 1:
         terms = [f"({_unsigned_scalar(compute)})({a})" for a in args]
         value = f"({op}{terms[0]})" if len(terms) == 1 else f"({terms[0]} {op} {terms[1]})"
+        if compute.itemsize <= 2 and not dt.is_unsigned(compute):
+            # Sign-extended by shifts: NVIDIA's compiler (580) widened -(short)-32768 to
+            # +32768 through every cast and bitcast spelling (and C's own promotion).
+            bits = 32 - 8 * compute.itemsize
+            return f"(({t})(((int)({value} << {bits})) >> {bits}))"
         return f"as_{t}(({unsigned})({value}))"
     terms = [f"as_{unsigned}{width}({a})" for a in args]
     value = f"({op}{terms[0]})" if len(terms) == 1 else f"({terms[0]} {op} {terms[1]})"
