@@ -155,18 +155,15 @@ def wrapping(op: str, args: list[str], compute: np.dtype, width: int) -> str:
     false, and a wrapped int32 sum cast to int64 kept its carry, on all three drivers."""
     t = dt.CL_NAME[compute]
     unsigned = dt.CL_NAME[dt.unsigned_of(compute)]
-    if width == 1:
-        terms = [f"({_unsigned_scalar(compute)})({a})" for a in args]
-        value = f"({op}{terms[0]})" if len(terms) == 1 else f"({terms[0]} {op} {terms[1]})"
-        if compute.itemsize <= 2 and not dt.is_unsigned(compute):
-            # Sign-extended by shifts: NVIDIA's compiler (580) widened -(short)-32768 to
-            # +32768 through every cast and bitcast spelling (and C's own promotion).
-            bits = 32 - 8 * compute.itemsize
-            return f"(({t})(((int)({value} << {bits})) >> {bits}))"
-        return f"as_{t}(({unsigned})({value}))"
-    terms = [f"as_{unsigned}{width}({a})" for a in args]
-    value = f"({op}{terms[0]})" if len(terms) == 1 else f"({terms[0]} {op} {terms[1]})"
-    return f"as_{t}{width}({value})"
+    if width > 1:
+        return f"as_{t}{width}({_apply(op, [f'as_{unsigned}{width}({a})' for a in args])})"
+    value = _apply(op, [f"({_unsigned_scalar(compute)})({a})" for a in args])
+    if compute.itemsize <= 2 and not dt.is_unsigned(compute):
+        # Sign-extended by shifts: NVIDIA's compiler (580) widened -(short)-32768 to
+        # +32768 through every cast and bitcast spelling (and C's own promotion).
+        bits = 32 - 8 * compute.itemsize
+        return f"(({t})(((int)({value} << {bits})) >> {bits}))"
+    return f"as_{t}(({unsigned})({value}))"
 
 
 def arithmetic(op: str, args: list[str], compute: np.dtype, width: int) -> str:
@@ -174,7 +171,12 @@ def arithmetic(op: str, args: list[str], compute: np.dtype, width: int) -> str:
     written."""
     if wraps(compute):
         return wrapping(op, args, compute, width)
-    return f"({op}({args[0]}))" if len(args) == 1 else f"(({args[0]}) {op} ({args[1]}))"
+    return _apply(op, [f"({a})" for a in args])
+
+
+def _apply(op: str, terms: list[str]) -> str:
+    """`op` applied to one term (a prefix) or two (infix), in parentheses."""
+    return f"({op}{terms[0]})" if len(terms) == 1 else f"({terms[0]} {op} {terms[1]})"
 
 
 # Ops whose integer (or float) form needs a helper function with branches; kernels that

@@ -106,8 +106,14 @@ def arg_dtypes(spec: ScanSpec) -> list:
     return sig.arg_dtypes(parameters(spec))
 
 
+def _acc_type(acc: np.dtype) -> np.dtype:
+    """What a scan accumulates `acc` values in: integers in the unsigned type of their
+    size (they wrap as numpy's), anything else as itself."""
+    return dt.unsigned_of(acc) if dt.is_int(acc) else acc
+
+
 def _acc_name(acc: np.dtype) -> str:
-    return dt.CL_NAME[dt.unsigned_of(acc)] if dt.is_int(acc) else dt.CL_NAME[acc]
+    return dt.CL_NAME[_acc_type(acc)]
 
 
 def _store(spec: ScanSpec) -> str:
@@ -133,10 +139,8 @@ def _identity(spec: ScanSpec) -> str:
 def _combine(spec: ScanSpec) -> str:
     if spec.acc.kind == "c" and spec.name == "prod":
         return complex_math.call("multiply", ["(a)", "(b)"], dt.CL_NAME[dt.real_of(spec.acc)])
-    # (integers in the unsigned type, where 1- and 2-byte values wrap as uint: C would
-    # multiply them as int)
-    acc = dt.unsigned_of(spec.acc) if dt.is_int(spec.acc) else spec.acc
-    return ex.arithmetic(OPERATOR[spec.name], ["a", "b"], acc, 1)
+    # (1- and 2-byte integers wrap as uint: C would multiply them as int)
+    return ex.arithmetic(OPERATOR[spec.name], ["a", "b"], _acc_type(spec.acc), 1)
 
 
 def _row_input(spec: ScanSpec) -> list[str]:
