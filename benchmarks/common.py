@@ -254,6 +254,24 @@ def peer_cells(result: dict, name: str = "ours") -> tuple[list[Any], list[Any]]:
         result[f"numpy_over_{name}"]["paired_median"], result.get(f"torch_over_{name}", {}).get("paired_median")]
 
 
+def print_peer_kernel_table(title: str, kernel_header: str, cases: dict[str, dict]) -> None:
+    """A table of `against_peers` results, by case name, with the kernel's time and
+    bandwidth (the results' "kernel_time" and "gb_per_s", where measured) after ours."""
+    rows = []
+    for name, r in cases.items():
+        ours, peers = peer_cells(r)
+        kernel = None if "kernel_time" not in r else ms(r["kernel_time"]["median_s"])
+        rows.append([name, *ours, kernel, r.get("gb_per_s"), *peers])
+    print_table(title, ["case", "ours ms", kernel_header, "kernel GB/s", "numpy ms", "torch ms",
+                        "numpy / ours", "torch / ours"], rows)
+
+
+def print_kernels(cases: dict[str, dict]) -> None:
+    """Each case's kernels (its result's "kernels"), one line per case."""
+    for name, r in cases.items():
+        print(f"{name}: {'; '.join(r['kernels'])}")
+
+
 def print_torch_notes(results: Sequence[dict]) -> None:
     """One line naming where PyTorch ran (or why not) in these `against_peers` results."""
     print("torch: " + "; ".join(sorted({r["torch"] for r in results})))

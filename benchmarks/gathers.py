@@ -105,14 +105,8 @@ def run(size: str = "large", repeat: int = 10) -> dict:
 
 
 def report(result: dict) -> None:
-    rows = []
-    for name, r in result["cases"].items():
-        ours, peers = common.peer_cells(r)
-        rows.append([name, *ours, None if "kernel_time" not in r else common.ms(r["kernel_time"]["median_s"]),
-                     r.get("gb_per_s"), *peers])
-    common.print_table("gathers and scatters of float32 by int64 indices on the device (medians)",
-                       ["case", "ours ms", "move kernel ms", "kernel GB/s", "numpy ms", "torch ms",
-                        "numpy / ours", "torch / ours"], rows)
+    common.print_peer_kernel_table("gathers and scatters of float32 by int64 indices on the device (medians)",
+                                   "move kernel ms", result["cases"])
     common.print_torch_notes(list(result["cases"].values()))
 
 

@@ -74,16 +74,8 @@ def run(size: str = "large", repeat: int = 10) -> dict:
 
 
 def report(result: dict) -> None:
-    rows = []
-    for name, r in result["cases"].items():
-        ours, peers = common.peer_cells(r)
-        rows.append([name, *ours, None if "kernel_time" not in r else common.ms(r["kernel_time"]["median_s"]),
-                     r.get("gb_per_s"), *peers])
-    common.print_table("matrix-vector products, float32 (medians)",
-                       ["case", "ours ms", "kernel ms", "kernel GB/s", "numpy ms", "torch ms",
-                        "numpy / ours", "torch / ours"], rows)
-    for name, r in result["cases"].items():
-        print(f"{name}: {'; '.join(r['kernels'])}")
+    common.print_peer_kernel_table("matrix-vector products, float32 (medians)", "kernel ms", result["cases"])
+    common.print_kernels(result["cases"])
     common.print_torch_notes(list(result["cases"].values()))
 
 

@@ -91,8 +91,7 @@ def report(result: dict) -> None:
         rows.append([name, *ours, *peers, len(r["kernels"])])
     common.print_table(f"transposed operands, {result['side']}^2 float32 (medians)",
                        ["case", "ours ms", "numpy ms", "torch ms", "numpy / ours", "torch / ours", "kernels"], rows)
-    for name, r in result["cases"].items():
-        print(f"{name}: {'; '.join(r['kernels'])}")
+    common.print_kernels(result["cases"])
     common.print_torch_notes(list(result["cases"].values()))
 
 
