@@ -155,13 +155,18 @@ def wrapping(op: str, args: list[str], compute: np.dtype, width: int) -> str:
     false, and a wrapped int32 sum cast to int64 kept its carry, on all three drivers."""
     t = dt.CL_NAME[compute]
     unsigned = dt.CL_NAME[dt.unsigned_of(compute)]
+    narrow_signed = compute.itemsize <= 2 and not dt.is_unsigned(compute)
+    # Narrow signed results are sign-extended by shifts in 32 bits: NVIDIA's compiler (580)
+    # widened -(short)-32768 to +32768 through every cast and bitcast spelling (and C's
+    # own promotion), in scalars and in vectors alike.
+    bits = 32 - 8 * compute.itemsize
     if width > 1:
-        return f"as_{t}{width}({_apply(op, [f'as_{unsigned}{width}({a})' for a in args])})"
+        value = _apply(op, [f"as_{unsigned}{width}({a})" for a in args])
+        if narrow_signed:
+            return f"convert_{t}{width}(as_int{width}(convert_uint{width}({value}) << {bits}) >> {bits})"
+        return f"as_{t}{width}({value})"
     value = _apply(op, [f"({_unsigned_scalar(compute)})({a})" for a in args])
-    if compute.itemsize <= 2 and not dt.is_unsigned(compute):
-        # Sign-extended by shifts: NVIDIA's compiler (580) widened -(short)-32768 to
-        # +32768 through every cast and bitcast spelling (and C's own promotion).
-        bits = 32 - 8 * compute.itemsize
+    if narrow_signed:
         return f"(({t})(((int)({value} << {bits})) >> {bits}))"
     return f"as_{t}(({unsigned})({value}))"
 
