@@ -1,6 +1,7 @@
-"""Integer-array gathers and scatters: `take`, rows and columns of a matrix by index, and
-rows written by index, against numpy (and PyTorch where installed: on the same GPU where
-it has CUDA, else on the CPU).
+"""Integer-array gathers and scatters: a boolean mask's selection (its positions found on
+the device, and the mask read to the host: GPUs take the first, CPU devices the second),
+`take`, rows and columns of a matrix by index, and rows written by index, against numpy
+(and PyTorch where installed: on the same GPU where it has CUDA, else on the CPU).
 
     x: float32, 2^22 elements (--size large: a vector, or 2048 x 2048) or 2^20 (small);
        indices int64, as many as the result has rows (or elements), uniform at random
@@ -9,8 +10,10 @@ Each variant runs to completion (the device waited for; numpy on the host), side
 in interleaved rounds, with device-resident indices (a host index array is uploaded
 first: a copy, not the gather). Our time includes the bounds check numpy makes too (one
 reduction of the indices, read by the host). With FUSION_PROFILE=1 the move kernel's
-device time is measured too, and its bandwidth: the bytes it must read and write (the
-indices, the elements read, the result).
+device time is measured too (for a mask every kernel of the call: the compare, the
+running count, the scatter of positions, the gather), and its bandwidth: the bytes it
+must read and write (the indices, the elements read, the result; for a mask the values
+compared, the mask, and the gather of what it picks).
 
     python -m benchmarks.gathers [--size small|large] [--repeat N] [--out DIR]
 """
@@ -54,8 +57,25 @@ def _cases(side: int) -> dict[str, dict[str, Any]]:
         y[write_idx] = rows
         return y
 
+    def masked(on_device: bool) -> Any:
+        def select() -> Any:
+            clients._indexing.MASKS_ON_DEVICE = on_device
+            try:
+                return x[x > 0.5]
+            finally:
+                clients._indexing.MASKS_ON_DEVICE = None
+        return select
+
     b = 4
+    picked = int(np.count_nonzero(vector > 0.5))
+    mask_bytes = n * (b + 1) + picked * (8 + 2 * b)  # (the compare, the gather of what it picks)
     return {
+        f"x[x > 0.5] of {n}, positions on the device": dict(
+            ours=masked(True), numpy=lambda: vector[vector > 0.5], torch=("mask", vector), bytes=mask_bytes,
+            every_kernel=True),
+        f"x[x > 0.5] of {n}, mask read": dict(
+            ours=masked(False), numpy=lambda: vector[vector > 0.5], torch=("mask", vector), bytes=mask_bytes,
+            every_kernel=True),
         f"take of {n} from {n}": dict(ours=lambda: clients.take(x, t_flat), numpy=lambda: np.take(vector, flat_idx),
                                       torch=("take", vector, flat_idx), bytes=n * (8 + 2 * b)),
         f"rows m[idx], {side}^2": dict(ours=lambda: m[t_row], numpy=lambda: matrix[row_idx],
@@ -67,7 +87,8 @@ def _cases(side: int) -> dict[str, dict[str, Any]]:
     }
 
 
-_TORCH_OPS = {"take": lambda t, i: t.take(i), "rows": lambda t, i: t[i], "columns": lambda t, i: t[:, i]}
+_TORCH_OPS = {"mask": lambda t: t[t > 0.5], "take": lambda t, i: t.take(i), "rows": lambda t, i: t[i],
+              "columns": lambda t, i: t[:, i]}
 
 
 def _case(case: dict[str, Any], repeat: int) -> dict:
@@ -90,7 +111,7 @@ def _case(case: dict[str, Any], repeat: int) -> dict:
         def move_seconds() -> float | None:
             with clients.inspect() as rec:
                 ours()
-            seconds = [k.device_seconds for k in rec.kernels if k.kind == "move"]
+            seconds = [k.device_seconds for k in rec.kernels if k.kind == "move" or case.get("every_kernel")]
             return None if not seconds or None in seconds else float(sum(seconds))
 
         kernel = dtime.device_rounds({"move": move_seconds}, repeat)["move"]
@@ -106,7 +127,7 @@ def run(size: str = "large", repeat: int = 10) -> dict:
 
 def report(result: dict) -> None:
     common.print_peer_kernel_table("gathers and scatters of float32 by int64 indices on the device (medians)",
-                                   "move kernel ms", result["cases"])
+                                   "kernel ms (moves; masks: all)", result["cases"])
     common.print_torch_notes(list(result["cases"].values()))
 
 

@@ -20,6 +20,7 @@ from fusion_server import opset
 from fusion_server.ir import MoveOp, contiguous_strides
 
 from . import _functions as F
+from . import _reductions as R
 from . import _traced
 from .tensor import Tensor, swap_ids
 
@@ -38,11 +39,11 @@ def _is_basic(key: Any) -> bool:
     return True
 
 
-def _as_mask(k: Any) -> np.ndarray | None:
-    """k's values on the host when k is a boolean index (a tensor, array or list), else None.
-    A tensor mask is read: the shape of what it selects depends on its values."""
+def _as_mask(k: Any) -> Tensor | np.ndarray | None:
+    """k when it is a boolean index: a tensor (selected on the device, see
+    `nonzero_on_device`), or the values of an array or list, else None."""
     if type(k) is Tensor:
-        return k.numpy() if dt.is_bool(k.dtype) else None
+        return k if dt.is_bool(k.dtype) else None
     if isinstance(k, (list, np.ndarray)):
         host = np.asarray(k)
         return host if host.dtype.kind == "b" else None
@@ -145,13 +146,74 @@ class _Selection(NamedTuple):
 
 
 class _Mask(NamedTuple):
-    host: np.ndarray  # a boolean index's values, read to the host
+    host: Tensor | np.ndarray  # a boolean index: a tensor, or an array's values on the host
+
+
+class _InRange(NamedTuple):
+    index: Tensor  # an index tensor made in range (a mask's positions): not checked again
+
+
+# -- selecting by values on the device ----------------------------------------------------------
+def selected_positions(mask: Tensor) -> Tensor:
+    """The flat positions (int64, C order) of `mask`'s non-zero elements, found on the
+    device with one read of their count (the result's shape depends on it).
+
+    A running count of the selected elements gives each its place in the result; the
+    others fill the result's tail backwards, so every place is written exactly once (a
+    stable partition: no two work-items write one element) by one scatter, queued
+    before the count is read, and the tail is cut off as a view."""
+    n = mask.size
+    if n == 0:
+        return F.empty((0,), dt.int64, mask.device)
+    flat = F.reshape(mask, (n,))
+    chosen = flat if dt.is_bool(flat.dtype) else flat != 0
+    count_dtype = dt.int32 if n < 2**31 else dt.int64  # (half the bytes, where they suffice)
+    ranks = R.cumulative_sum(chosen, dtype=count_dtype)  # (inclusive: the k-th selected has rank k)
+    # (unselected: the number of them up to here, counted from the end)
+    slot = F.where(chosen, ranks - 1, ranks + (n - 1) - F.arange(n, dtype=count_dtype, device=mask.device))
+    whole = (n,)
+    sel = _Selection((slice(None),), whole, (0,), (slot,), whole, (-1,), (0,))
+    region = F.basic_layout(whole, (1,), 0, sel.basic)
+    at = F.arange(n, dtype=dt.int64, device=mask.device)
+    positions = _move("scatter", [at, at, slot], whole, dt.int64, sel, region)
+    return positions[:int(ranks[n - 1])]
+
+
+# Where tensor masks become positions: None decides by the device's kind (see
+# selects_on_device); True or False forces one way (benchmarks and tests compare both).
+MASKS_ON_DEVICE: bool | None = None
+
+
+def selects_on_device(x: Tensor) -> bool:
+    """Whether a boolean mask on x's device becomes positions there (`selected_positions`)
+    rather than read: on GPUs and other accelerators, where the mask and the positions
+    would cross the bus. A CPU device shares the host's memory and cores, and numpy's
+    nonzero over the read mask is the faster (x[x > 0.5] over 2^22 float32 on Intel's
+    CPU runtime: 11 ms read, 22 ms in the five kernels)."""
+    if MASKS_ON_DEVICE is not None:
+        return MASKS_ON_DEVICE
+    return x._client.server.info.kind != "CPU"
+
+
+def nonzero_on_device(x: Tensor) -> tuple[Tensor, ...]:
+    """numpy.nonzero(x) for a tensor of at least one dimension: an index tensor (int64)
+    per dimension, from `selected_positions` and one element-wise kernel that unravels
+    them (a 1-d x needs none)."""
+    positions = selected_positions(x)
+    if x.ndim == 1:
+        return (positions,)
+    out = []
+    inner = x.size
+    for n in x.shape:
+        inner //= n if n else 1
+        out.append(positions // inner % n if n else positions)
+    return tuple(out)
 
 
 def _select(x: Tensor, key: Any) -> _Selection:
     """Parse a key with numpy's rules and check its indices against x's shape.
 
-    Masks become their `nonzero()` indices (read on the host). Host indices are checked
+    Masks become their `nonzero()` indices (see `selects_on_device`). Host indices are checked
     on the host; device index tensors with one fused reduction whose result is read.
     """
     key = tuple(_Mask(m) if (m := _as_mask(k)) is not None else k
@@ -171,7 +233,12 @@ def _select(x: Tensor, key: Any) -> _Selection:
                     f"boolean index of shape {m.shape} does not match the indexed dimensions "
                     f"{tuple(range(axis, axis + m.ndim))} of shape {x.shape[axis:axis + m.ndim]}"
                 )
-            items.extend(m.nonzero())
+            if type(m) is not Tensor:
+                items.extend(m.nonzero())
+            elif m._client is x._client and selects_on_device(m):
+                items.extend(map(_InRange, nonzero_on_device(m)))
+            else:  # (its values, read; another device's mask too)
+                items.extend(m.numpy().nonzero())
             axis += m.ndim
         elif k is None:
             items.append(None)
@@ -226,10 +293,12 @@ def _x_axis(items: list, i: int) -> int:
     return axis
 
 
-def _index_on_device(index: Tensor | np.ndarray, n: int, axis: int, x: Tensor) -> Tensor:
+def _index_on_device(index: Tensor | np.ndarray | _InRange, n: int, axis: int, x: Tensor) -> Tensor:
     """`index` checked against an axis of size n, as a tensor on x's device. Inside a
     clients.jit trace an index tensor is not checked (that reads its values, which are
     not the next call's): the kernel clamps indices into the axis, as JAX does."""
+    if type(index) is _InRange:
+        return index.index
     if type(index) is Tensor:
         if index._client is not x._client:
             F._client_of((x, index))  # raises, naming both devices
@@ -284,9 +353,10 @@ def getitem(x: Tensor, key: Any) -> Tensor:
     tensors, numpy arrays or lists; negative values count from the end) gather on the
     device into a new tensor, after an out-of-bounds check: host indices are checked on
     the host, a device index tensor with one fused reduction whose result is read (so the
-    call waits for the index values and raises IndexError here, not later). A boolean mask
-    is read to the host, because the shape it selects depends on its values; the selected
-    elements are then gathered on the device.
+    call waits for the index values and raises IndexError here, not later). The shape a
+    boolean mask selects depends on its values: on GPUs the selected positions are found
+    on the device and their count is read (`selected_positions`), on CPU devices the mask
+    is read; the selected elements are then gathered on the device.
     """
     if _is_basic(key):
         return F.getitem(x, key)

@@ -4,8 +4,9 @@ unique_*, nonzero.
 `sort` and `argsort` run on the device (see fusion_server/codegen/sort.py): the axis is
 moved last with a view (a copy when the rows are not in C order then), every row is
 sorted stably, and the result is viewed back. The unique_* functions and `nonzero` have
-output shapes that depend on the values, so they read the input once and finish on the
-host; their results are device tensors again.
+output shapes that depend on the values: the unique_* functions read the input once and
+finish on the host (their results are device tensors again); `nonzero` finds the
+positions on GPUs with one read of their count (see _indexing.selected_positions).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from fusion_server.fusers.sort import MAX_ROW
 from fusion_server.ir import SearchOp, SortOp
 
 from . import _functions as F
+from . import _indexing
 from ._array_api import _contiguous
 from .tensor import Tensor
 
@@ -171,12 +173,15 @@ def unique_all(x: Tensor, /) -> UniqueAllResult:
 
 
 def nonzero(x: Tensor, /) -> tuple[Tensor, ...]:
-    """Indices (int64, one tensor per dimension, C order) of x's non-zero elements.
-    Finishes on the host after one read of x: the count depends on the values."""
-    host, device = _host(x, "nonzero")
-    if host.ndim == 0:
+    """Indices (int64, one tensor per dimension, C order) of x's non-zero elements: on
+    GPUs found on the device with one read of their count, on CPU devices by numpy after
+    one read of x (see _indexing.selects_on_device)."""
+    x = _tensor(x, "nonzero")
+    if x.ndim == 0:
         raise ValueError("nonzero() of a 0-d tensor is not defined; use expand_dims or reshape first")
-    return tuple(F.asarray(i.astype(np.int64), device=device) for i in np.nonzero(host))
+    if _indexing.selects_on_device(x):
+        return _indexing.nonzero_on_device(x)
+    return tuple(F.asarray(i.astype(np.int64), device=x.device) for i in np.nonzero(x.numpy()))
 
 
 __all__ = ["UniqueAllResult", "UniqueCountsResult", "UniqueInverseResult", "argsort", "nonzero", "sort",

@@ -85,8 +85,16 @@ def test_out_of_bounds_indices_raise_and_leave_the_server_usable():
 
 
 # -- boolean masks --------------------------------------------------------------------------
+@pytest.fixture(params=[False, True], ids=["mask read", "positions on the device"])
+def selecting(request, monkeypatch):
+    """Tensor masks read to the host (CPU devices' way) or turned into positions on the
+    device (GPUs' way: _indexing.selected_positions), whatever the device."""
+    monkeypatch.setattr(xp._indexing, "MASKS_ON_DEVICE", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("kind", ["tensor", "numpy", "list"])
-def test_boolean_masks_match_numpy(kind):
+def test_boolean_masks_match_numpy(kind, selecting):
     a, x = _pair((4, 6))
     full, rows = a > 0, np.array([True, False, True, True])
     wrap = {"tensor": xp.asarray, "numpy": lambda m: m, "list": lambda m: m.tolist()}[kind]
@@ -261,7 +269,7 @@ def test_setitem_with_index_arrays_matches_numpy(key):
     _equal(x, a)
 
 
-def test_mask_assignment_of_one_value_stays_on_the_device():
+def test_mask_assignment_of_one_value_stays_on_the_device(selecting):
     a, x = _pair((5, 6))
     m = a > 0.5
     mask = xp.asarray(m)
@@ -278,6 +286,9 @@ def test_mask_assignment_of_one_value_stays_on_the_device():
     _equal(x, a)
     x[rows] = xp.asarray(np.ones((2, 6), np.float32) * 3)  # a value per row: read the mask, scatter
     a[rows] = 3
+    _equal(x, a)
+    x[xp.asarray(rows)] = xp.asarray(np.arange(12, dtype=np.float32).reshape(2, 6))  # a tensor mask, scattered
+    a[rows] = np.arange(12).reshape(2, 6)
     _equal(x, a)
     with pytest.raises(IndexError, match="does not match"):
         x[np.ones(4, bool)] = 1.0

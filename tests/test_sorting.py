@@ -341,7 +341,20 @@ def test_each_nan_is_its_own_unique_value():
     np.testing.assert_array_equal(got.counts.numpy(), [2, 2, 1, 1])
 
 
-def test_nonzero():
+@pytest.fixture(params=[False, True], ids=["mask read", "positions on the device"])
+def selecting(request, monkeypatch):
+    """Tensor masks read to the host (CPU devices' way) or turned into positions on the
+    device (GPUs' way: _indexing.selected_positions), whatever the device."""
+    monkeypatch.setattr(clients._indexing, "MASKS_ON_DEVICE", request.param)
+    return request.param
+
+
+def test_masks_select_on_gpus_and_are_read_on_cpu_devices():
+    x = clients.asarray(np.arange(4.0))
+    assert clients._indexing.selects_on_device(x) == (clients.client_for().server.info.kind != "CPU")
+
+
+def test_nonzero(selecting):
     for k, shape in enumerate([(0,), (9,), (4, 5), (2, 3, 4), (3, 0)]):
         for dtype in DTYPES:
             a = data(shape, dtype, seed=20 + k)
@@ -357,6 +370,31 @@ def test_nonzero():
         np.testing.assert_array_equal(g.numpy(), w)
     with pytest.raises(ValueError, match="0-d"):
         clients.nonzero(clients.asarray(1.0))
+    z = np.array([[0, 1j], [2, 0j]], np.complex64)
+    for g, w in zip(clients.nonzero(clients.asarray(z)), np.nonzero(z)):
+        np.testing.assert_array_equal(g.numpy(), w)
+
+
+@pytest.mark.parametrize("fill", ["random", "none", "all", "first", "last"])
+def test_positions_found_on_the_device_match_numpy(fill):
+    n = 100_003  # (several chunks of the scan, a tail)
+    rng = np.random.default_rng(7)
+    mask = {"random": rng.random(n) < 0.3, "none": np.zeros(n, bool), "all": np.ones(n, bool),
+            "first": np.arange(n) == 0, "last": np.arange(n) == n - 1}[fill]
+    values = rng.standard_normal(n).astype(np.float32)
+    x, m = clients.asarray(values), clients.asarray(mask)
+    before = clients.stats()
+    positions = clients._indexing.selected_positions(m)
+    after = clients.stats()
+    np.testing.assert_array_equal(positions.numpy(), np.flatnonzero(mask))
+    assert positions.dtype == np.int64
+    assert after["reads"] - before["reads"] == 1  # the count, not the mask
+    got = clients._indexing.nonzero_on_device(clients.reshape(x, (100_003,)) > 0.5)[0]
+    np.testing.assert_array_equal(got.numpy(), np.flatnonzero(values > 0.5))
+    with clients.inspect() as rec:
+        clients._indexing.selected_positions(m)
+    kinds = [k.kind for k in rec.kernels]
+    assert "scan" in kinds and kinds.count("move") == 1, kinds  # one scatter, no mask on the host
 
 
 def test_rows_too_long_for_the_kernels_raise_at_the_call():
