@@ -171,12 +171,28 @@ def selected_positions(mask: Tensor) -> Tensor:
     ranks = R.cumulative_sum(chosen, dtype=count_dtype)  # (inclusive: the k-th selected has rank k)
     # (unselected: the number of them up to here, counted from the end)
     slot = F.where(chosen, ranks - 1, ranks + (n - 1) - F.arange(n, dtype=count_dtype, device=mask.device))
-    whole = (n,)
-    sel = _Selection((slice(None),), whole, (0,), (slot,), whole, (-1,), (0,))
-    region = F.basic_layout(whole, (1,), 0, sel.basic)
     at = F.arange(n, dtype=dt.int64, device=mask.device)
-    positions = _move("scatter", [at, at, slot], whole, dt.int64, sel, region)
+    positions = scatter_positions(at, slot, at)
     return positions[:int(ranks[n - 1])]
+
+
+def _along(n: int, index: Tensor) -> _Selection:
+    """The selection of a 1-d region of n elements by one tensor of positions."""
+    return _Selection((slice(None),), (n,), (0,), (index,), index.shape, (-1,), (0,))
+
+
+def gather_positions(src: Tensor, index: Tensor) -> Tensor:
+    """src[index] for a 1-d src and positions the caller made in range (not checked: no
+    read)."""
+    return _move("gather", [src, index], index.shape, src.dtype, _along(src.size, index))
+
+
+def scatter_positions(old: Tensor, index: Tensor, value: Tensor) -> Tensor:
+    """A contiguous 1-d `old` with `value` written at `index` (positions the caller made
+    in range and distinct: not checked)."""
+    sel = _along(old.size, index)
+    region = F.basic_layout(old.shape, (1,), 0, sel.basic)
+    return _move("scatter", [old, value, index], old.shape, old.dtype, sel, region)
 
 
 # Where tensor masks become positions: None decides by the device's kind (see

@@ -4,9 +4,9 @@ unique_*, nonzero.
 `sort` and `argsort` run on the device (see fusion_server/codegen/sort.py): the axis is
 moved last with a view (a copy when the rows are not in C order then), every row is
 sorted stably, and the result is viewed back. The unique_* functions and `nonzero` have
-output shapes that depend on the values: the unique_* functions read the input once and
-finish on the host (their results are device tensors again); `nonzero` finds the
-positions on GPUs with one read of their count (see _indexing.selected_positions).
+output shapes that depend on the values: on GPUs they run on the device with one read
+of a count (see _indexing.selected_positions); on CPU devices they read the input once
+and finish on the host (their results are device tensors again).
 """
 
 from __future__ import annotations
@@ -131,11 +131,15 @@ def _host(x: Any, what: str) -> tuple[np.ndarray, Any]:
 
 
 def _unique(x: Any, what: str, *fields: str) -> tuple[Tensor, ...]:
-    """`fields` of np.unique over x's values (each NaN distinct), back on x's device.
+    """`fields` of np.unique over x's values (each NaN distinct): on GPUs on the device
+    (`_unique_on_device`), on CPU devices by numpy after one read, back on x's device.
 
     Always computed with the first indices: numpy then sorts stably, so the k-th NaN of x
     is the k-th NaN of the values whichever function asks.
     """
+    x = _tensor(x, what)
+    if x.size and x.dtype.kind != "c" and _indexing.selects_on_device(x):
+        return _unique_on_device(x, fields)
     host, device = _host(x, what)
     values, indices, inverse, counts = np.unique(
         host.reshape(-1), return_index=True, return_inverse=True, return_counts=True, equal_nan=False)
@@ -148,27 +152,51 @@ def _unique(x: Any, what: str, *fields: str) -> tuple[Tensor, ...]:
     return tuple(F.asarray(found[f], device=device) for f in ("values", *fields))
 
 
+def _unique_on_device(x: Tensor, fields: tuple[str, ...]) -> tuple[Tensor, ...]:
+    """The values and `fields` of `_unique`, computed on the device with one read (the
+    number of distinct values): a stable argsort, the sorted values' first elements of
+    each run of equals (a NaN equals nothing: each is its own), their positions
+    (_indexing.selected_positions), and gathers and a scatter from there."""
+    from ._array_api import concat
+    from ._reductions import cumulative_sum
+
+    n = x.size
+    flat = F.reshape(x, (n,))
+    order = _sorted("argsort", flat, -1, False, True)  # (stable: the first of equals first)
+    ordered = _indexing.gather_positions(flat, order)
+    first = concat([F.full((1,), True, dt.bool_, x.device), ordered[1:] != ordered[:-1]])
+    starts = _indexing.selected_positions(first)
+    found = {"values": _indexing.gather_positions(ordered, starts)}
+    if "indices" in fields:
+        found["indices"] = _indexing.gather_positions(order, starts)
+    if "counts" in fields:
+        found["counts"] = concat([starts[1:], F.full((1,), n, dt.int64, x.device)]) - starts
+    if "inverse_indices" in fields:  # (each element's run, written back to its place)
+        runs = cumulative_sum(first, dtype=dt.int64) - 1
+        found["inverse_indices"] = F.reshape(_indexing.scatter_positions(runs, order, runs), x.shape)
+    return tuple(found[f] for f in ("values", *fields))
+
+
 def unique_values(x: Tensor, /) -> Tensor:
-    """The distinct values of x, sorted (NaNs each distinct, last). Finishes on the host
-    after one read of x: the result's length depends on the values."""
+    """The distinct values of x, sorted (NaNs each distinct, last). One read: the result's
+    length depends on the values (see `_unique`)."""
     return _unique(x, "unique_values")[0]
 
 
 def unique_counts(x: Tensor, /) -> UniqueCountsResult:
-    """Distinct values and how often each occurs (each NaN once). Finishes on the host
-    after one read of x."""
+    """Distinct values and how often each occurs (each NaN once); one read (see `_unique`)."""
     return UniqueCountsResult(*_unique(x, "unique_counts", "counts"))
 
 
 def unique_inverse(x: Tensor, /) -> UniqueInverseResult:
     """Distinct values and, for each element of x, the position of its value among them
-    (shape of x). Finishes on the host after one read of x."""
+    (shape of x); one read (see `_unique`)."""
     return UniqueInverseResult(*_unique(x, "unique_inverse", "inverse_indices"))
 
 
 def unique_all(x: Tensor, /) -> UniqueAllResult:
     """Distinct values, the flat index of each one's first occurrence, the inverse
-    indices (shape of x) and the counts. Finishes on the host after one read of x."""
+    indices (shape of x) and the counts; one read (see `_unique`)."""
     return UniqueAllResult(*_unique(x, "unique_all", "indices", "inverse_indices", "counts"))
 
 

@@ -303,19 +303,27 @@ def test_bad_input_raises_and_the_server_stays_usable():
     check(clients.asarray(a), a)
 
 
+@pytest.fixture(params=[False, True], ids=["mask read", "positions on the device"])
+def selecting(request, monkeypatch):
+    """Tensor masks read to the host (CPU devices' way) or turned into positions on the
+    device (GPUs' way: _indexing.selected_positions), whatever the device."""
+    monkeypatch.setattr(clients._indexing, "MASKS_ON_DEVICE", request.param)
+    return request.param
+
+
 def np_unique(a):
     return np.unique(a.reshape(-1), return_index=True, return_inverse=True, return_counts=True, equal_nan=False)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-def test_unique_functions_match_numpy(dtype):
+def test_unique_functions_match_numpy(dtype, selecting):
     for k, shape in enumerate([(0,), (1,), (50,), (6, 7), (2, 0, 3), ()]):
         a = data(shape, dtype, seed=10 + k)
         x = clients.asarray(a)
         values, index, inverse, counts = np_unique(a)
         reads = clients.stats()["reads"]
         everything = clients.unique_all(x)
-        assert clients.stats()["reads"] == reads + 1  # one read of x; the rest on the host
+        assert clients.stats()["reads"] == reads + 1  # one read: of x, or of the count found on the device
         assert type(everything).__name__ == "UniqueAllResult"
         assert everything._fields == ("values", "indices", "inverse_indices", "counts")
         assert all(isinstance(t, clients.Tensor) for t in everything)
@@ -334,19 +342,29 @@ def test_unique_functions_match_numpy(dtype):
         np.testing.assert_array_equal(vi.inverse_indices.numpy(), inverse.reshape(shape))
 
 
-def test_each_nan_is_its_own_unique_value():
+def test_each_nan_is_its_own_unique_value(selecting):
     a = np.array([np.nan, 1.0, np.nan, 1.0, -0.0, 0.0], np.float32)
     got = clients.unique_counts(clients.asarray(a))
     np.testing.assert_array_equal(got.values.numpy(), [0.0, 1.0, np.nan, np.nan])
+    assert np.signbit(got.values.numpy()[0])  # the first of the equal zeros, as numpy's
     np.testing.assert_array_equal(got.counts.numpy(), [2, 2, 1, 1])
 
 
-@pytest.fixture(params=[False, True], ids=["mask read", "positions on the device"])
-def selecting(request, monkeypatch):
-    """Tensor masks read to the host (CPU devices' way) or turned into positions on the
-    device (GPUs' way: _indexing.selected_positions), whatever the device."""
-    monkeypatch.setattr(clients._indexing, "MASKS_ON_DEVICE", request.param)
-    return request.param
+@pytest.mark.parametrize("dtype", [np.int32, np.float32, np.float64, np.uint8])
+def test_unique_on_the_device_over_many_repeats(dtype, monkeypatch):
+    monkeypatch.setattr(clients._indexing, "MASKS_ON_DEVICE", True)
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 200, (317, 331)).astype(dtype)  # (several sort buckets and scan chunks)
+    if np.dtype(dtype).kind == "f":
+        a[rng.random(a.shape) < 0.01] = np.nan
+    values, index, inverse, counts = np_unique(a)
+    got = clients.unique_all(clients.asarray(a))
+    np.testing.assert_array_equal(got.values.numpy(), values)
+    np.testing.assert_array_equal(got.indices.numpy(), index)
+    np.testing.assert_array_equal(got.inverse_indices.numpy(), inverse.reshape(a.shape))
+    np.testing.assert_array_equal(got.counts.numpy(), counts)
+
+
 
 
 def test_masks_select_on_gpus_and_are_read_on_cpu_devices():
