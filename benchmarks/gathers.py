@@ -1,5 +1,5 @@
-"""Integer-array gathers and scatters: a boolean mask's selection (its positions found on
-the device, and the mask read to the host: GPUs take the first, CPU devices the second),
+"""Integer-array gathers and scatters: a boolean mask's selection and unique_inverse (on
+the device, and read to the host: GPUs take the first, CPU devices the second),
 `take`, rows and columns of a matrix by index, and rows written by index, against numpy
 (and PyTorch where installed: on the same GPU where it has CUDA, else on the CPU).
 
@@ -57,25 +57,36 @@ def _cases(side: int) -> dict[str, dict[str, Any]]:
         y[write_idx] = rows
         return y
 
-    def masked(on_device: bool) -> Any:
-        def select() -> Any:
+    def forced(on_device: bool, fn: Any) -> Any:
+        def run() -> Any:
             clients._indexing.MASKS_ON_DEVICE = on_device
             try:
-                return x[x > 0.5]
+                return fn()
             finally:
                 clients._indexing.MASKS_ON_DEVICE = None
-        return select
+        return run
+
+    labels = rng.integers(0, 1000, n).astype(np.int32)
+    t_labels = clients.asarray(labels)
 
     b = 4
     picked = int(np.count_nonzero(vector > 0.5))
     mask_bytes = n * (b + 1) + picked * (8 + 2 * b)  # (the compare, the gather of what it picks)
     return {
         f"x[x > 0.5] of {n}, positions on the device": dict(
-            ours=masked(True), numpy=lambda: vector[vector > 0.5], torch=("mask", vector), bytes=mask_bytes,
-            every_kernel=True),
+            ours=forced(True, lambda: x[x > 0.5]), numpy=lambda: vector[vector > 0.5], torch=("mask", vector),
+            bytes=mask_bytes, every_kernel=True),
         f"x[x > 0.5] of {n}, mask read": dict(
-            ours=masked(False), numpy=lambda: vector[vector > 0.5], torch=("mask", vector), bytes=mask_bytes,
-            every_kernel=True),
+            ours=forced(False, lambda: x[x > 0.5]), numpy=lambda: vector[vector > 0.5], torch=("mask", vector),
+            bytes=mask_bytes, every_kernel=True),
+        f"unique_inverse of {n} int32 labels, on the device": dict(
+            ours=forced(True, lambda: clients.unique_inverse(t_labels).inverse_indices),
+            numpy=lambda: np.unique(labels, return_inverse=True)[1], torch=("unique", labels),
+            bytes=n * 4 * 2, every_kernel=True),
+        f"unique_inverse of {n} int32 labels, read": dict(
+            ours=forced(False, lambda: clients.unique_inverse(t_labels).inverse_indices),
+            numpy=lambda: np.unique(labels, return_inverse=True)[1], torch=("unique", labels),
+            bytes=n * 4 * 2, every_kernel=True),
         f"take of {n} from {n}": dict(ours=lambda: clients.take(x, t_flat), numpy=lambda: np.take(vector, flat_idx),
                                       torch=("take", vector, flat_idx), bytes=n * (8 + 2 * b)),
         f"rows m[idx], {side}^2": dict(ours=lambda: m[t_row], numpy=lambda: matrix[row_idx],
@@ -87,8 +98,8 @@ def _cases(side: int) -> dict[str, dict[str, Any]]:
     }
 
 
-_TORCH_OPS = {"mask": lambda t: t[t > 0.5], "take": lambda t, i: t.take(i), "rows": lambda t, i: t[i],
-              "columns": lambda t, i: t[:, i]}
+_TORCH_OPS = {"mask": lambda t: t[t > 0.5], "unique": lambda t: t.unique(return_inverse=True)[1],
+              "take": lambda t, i: t.take(i), "rows": lambda t, i: t[i], "columns": lambda t, i: t[:, i]}
 
 
 def _case(case: dict[str, Any], repeat: int) -> dict:
@@ -115,8 +126,9 @@ def _case(case: dict[str, Any], repeat: int) -> dict:
             return None if not seconds or None in seconds else float(sum(seconds))
 
         kernel = dtime.device_rounds({"move": move_seconds}, repeat)["move"]
-        result["kernel_time"] = kernel.to_dict()
-        result["gb_per_s"] = case["bytes"] / kernel.median / 1e9
+        if kernel.samples:  # (none where the work ran on the host)
+            result["kernel_time"] = kernel.to_dict()
+            result["gb_per_s"] = case["bytes"] / kernel.median / 1e9
     return result
 
 

@@ -157,20 +157,22 @@ def _unique_on_device(x: Tensor, fields: tuple[str, ...]) -> tuple[Tensor, ...]:
     number of distinct values): a stable argsort, the sorted values' first elements of
     each run of equals (a NaN equals nothing: each is its own), their positions
     (_indexing.selected_positions), and gathers and a scatter from there."""
-    from ._array_api import concat
     from ._reductions import cumulative_sum
 
     n = x.size
     flat = F.reshape(x, (n,))
     order = _sorted("argsort", flat, -1, False, True)  # (stable: the first of equals first)
     ordered = _indexing.gather_positions(flat, order)
-    first = concat([F.full((1,), True, dt.bool_, x.device), ordered[1:] != ordered[:-1]])
+    first = F.full((n,), True, dt.bool_, x.device)  # (assigned: one fused where, no copy)
+    first[1:] = ordered[1:] != ordered[:-1]
     starts = _indexing.selected_positions(first)
     found = {"values": _indexing.gather_positions(ordered, starts)}
     if "indices" in fields:
         found["indices"] = _indexing.gather_positions(order, starts)
     if "counts" in fields:
-        found["counts"] = concat([starts[1:], F.full((1,), n, dt.int64, x.device)]) - starts
+        ends = F.full(starts.shape, n, dt.int64, x.device)
+        ends[:-1] = starts[1:]
+        found["counts"] = ends - starts
     if "inverse_indices" in fields:  # (each element's run, written back to its place)
         runs = cumulative_sum(first, dtype=dt.int64) - 1
         found["inverse_indices"] = F.reshape(_indexing.scatter_positions(runs, order, runs), x.shape)
