@@ -1,5 +1,6 @@
 """Integer-array gathers and scatters: a boolean mask's selection and unique_inverse (on
-the device, and read to the host: GPUs take the first, CPU devices the second),
+the device, and read to the host: GPUs take the first; CPU devices read masks and run
+unique_* on the device from clients._sorting.UNIQUE_ON_DEVICE_MIN elements),
 `take`, rows and columns of a matrix by index, and rows written by index, against numpy
 (and PyTorch where installed: on the same GPU where it has CUDA, else on the CPU).
 

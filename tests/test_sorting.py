@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import clients
+from clients._sorting import UNIQUE_ON_DEVICE_MIN, _unique_on_device_for
 from fusion_server.codegen import lane_sort
 from fusion_server.codegen.sort import MAX_BUCKETS, SortSpec, scalar_variant
 from fusion_server.fusers import sort as sort_plan
@@ -369,7 +370,15 @@ def test_unique_on_the_device_over_many_repeats(dtype, monkeypatch):
 
 def test_masks_select_on_gpus_and_are_read_on_cpu_devices():
     x = clients.asarray(np.arange(4.0))
-    assert clients._indexing.selects_on_device(x) == (clients.client_for().server.info.kind != "CPU")
+    gpu = clients.client_for().server.info.kind != "CPU"
+    assert clients._indexing.selects_on_device(x) == gpu
+    assert _unique_on_device_for(x) == gpu  # (small: numpy's unique is the faster on a CPU)
+    big = clients.zeros(UNIQUE_ON_DEVICE_MIN, dtype=clients.int32)
+    assert _unique_on_device_for(big)
+    reads = clients.stats()["reads"]
+    got = clients.unique_counts(big)  # on the device: one read, of the count
+    assert clients.stats()["reads"] == reads + 1
+    assert got.values.numpy().tolist() == [0] and got.counts.numpy().tolist() == [UNIQUE_ON_DEVICE_MIN]
 
 
 def test_nonzero(selecting):
