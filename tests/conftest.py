@@ -173,6 +173,14 @@ def jitted_replay(fn, *args, **kwargs):
     return out
 
 
+@pytest.fixture(params=[False, True], ids=["mask read", "positions on the device"])
+def selecting(request, monkeypatch):
+    """Masks, nonzero and unique_* read to the host (CPU devices' way) or computed on
+    the device (GPUs' way: clients._indexing.selected_positions), whatever the device."""
+    monkeypatch.setattr(clients._indexing, "MASKS_ON_DEVICE", request.param)
+    return request.param
+
+
 @pytest.fixture(params=["lazy", "jit"])
 def via(request):
     """Run a computation as written (lazy) or as a clients.jit replay (see jitted_replay):

@@ -85,14 +85,6 @@ def test_out_of_bounds_indices_raise_and_leave_the_server_usable():
 
 
 # -- boolean masks --------------------------------------------------------------------------
-@pytest.fixture(params=[False, True], ids=["mask read", "positions on the device"])
-def selecting(request, monkeypatch):
-    """Tensor masks read to the host (CPU devices' way) or turned into positions on the
-    device (GPUs' way: _indexing.selected_positions), whatever the device."""
-    monkeypatch.setattr(xp._indexing, "MASKS_ON_DEVICE", request.param)
-    return request.param
-
-
 @pytest.mark.parametrize("kind", ["tensor", "numpy", "list"])
 def test_boolean_masks_match_numpy(kind, selecting):
     a, x = _pair((4, 6))

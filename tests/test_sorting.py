@@ -304,14 +304,6 @@ def test_bad_input_raises_and_the_server_stays_usable():
     check(clients.asarray(a), a)
 
 
-@pytest.fixture(params=[False, True], ids=["mask read", "positions on the device"])
-def selecting(request, monkeypatch):
-    """Tensor masks read to the host (CPU devices' way) or turned into positions on the
-    device (GPUs' way: _indexing.selected_positions), whatever the device."""
-    monkeypatch.setattr(clients._indexing, "MASKS_ON_DEVICE", request.param)
-    return request.param
-
-
 def np_unique(a):
     return np.unique(a.reshape(-1), return_index=True, return_inverse=True, return_counts=True, equal_nan=False)
 
