@@ -156,7 +156,13 @@ class _InRange(NamedTuple):
 # -- selecting by values on the device ----------------------------------------------------------
 def selected_positions(mask: Tensor) -> Tensor:
     """The flat positions (int64, C order) of `mask`'s non-zero elements, found on the
-    device with one read of their count (the result's shape depends on it).
+    device with one read of their count (the result's shape depends on it)."""
+    return ranked_positions(mask)[1]
+
+
+def ranked_positions(mask: Tensor) -> tuple[Tensor, Tensor]:
+    """`selected_positions(mask)`, after each element's rank: how many selected elements
+    there are up to it, itself included (int32 where that holds every count).
 
     A running count of the selected elements gives each its place in the result; the
     others fill the result's tail backwards, so every place is written exactly once (a
@@ -164,7 +170,7 @@ def selected_positions(mask: Tensor) -> Tensor:
     before the count is read, and the tail is cut off as a view."""
     n = mask.size
     if n == 0:
-        return F.empty((0,), dt.int64, mask.device)
+        return F.empty((0,), dt.int32, mask.device), F.empty((0,), dt.int64, mask.device)
     flat = F.reshape(mask, (n,))
     chosen = flat if dt.is_bool(flat.dtype) else flat != 0
     count_dtype = dt.int32 if n < 2**31 else dt.int64  # (half the bytes, where they suffice)
@@ -173,7 +179,7 @@ def selected_positions(mask: Tensor) -> Tensor:
     slot = F.where(chosen, ranks - 1, ranks + (n - 1) - F.arange(n, dtype=count_dtype, device=mask.device))
     at = F.arange(n, dtype=dt.int64, device=mask.device)
     positions = scatter_positions(at, slot, at)
-    return positions[:int(ranks[n - 1])]
+    return ranks, positions[:int(ranks[n - 1])]
 
 
 def _along(n: int, index: Tensor) -> _Selection:
@@ -216,13 +222,13 @@ def nonzero_on_device(x: Tensor) -> tuple[Tensor, ...]:
     per dimension, from `selected_positions` and one element-wise kernel that unravels
     them (a 1-d x needs none)."""
     positions = selected_positions(x)
-    if x.ndim == 1:
-        return (positions,)
+    if x.ndim == 1 or x.size == 0:
+        return (positions,) * x.ndim  # (every one empty, for an empty x)
     out = []
     inner = x.size
     for n in x.shape:
-        inner //= n if n else 1
-        out.append(positions // inner % n if n else positions)
+        inner //= n
+        out.append(positions // inner % n)
     return tuple(out)
 
 

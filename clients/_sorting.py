@@ -171,17 +171,15 @@ def _unique_on_device_for(x: Tensor) -> bool:
 def _unique_on_device(x: Tensor, fields: tuple[str, ...]) -> tuple[Tensor, ...]:
     """The values and `fields` of `_unique`, computed on the device with one read (the
     number of distinct values): a stable argsort, the sorted values' first elements of
-    each run of equals (a NaN equals nothing: each is its own), their positions
-    (_indexing.selected_positions), and gathers and a scatter from there."""
-    from ._reductions import cumulative_sum
-
+    each run of equals (a NaN equals nothing: each is its own), their positions and
+    ranks (_indexing.ranked_positions), and gathers and a scatter from there."""
     n = x.size
     flat = F.reshape(x, (n,))
     order = _sorted("argsort", flat, -1, False, True)  # (stable: the first of equals first)
     ordered = _indexing.gather_positions(flat, order)
     first = F.full((n,), True, dt.bool_, x.device)  # (assigned: one fused where, no copy)
     first[1:] = ordered[1:] != ordered[:-1]
-    starts = _indexing.selected_positions(first)
+    runs, starts = _indexing.ranked_positions(first)  # (runs: each sorted element's run, from 1)
     found = {"values": _indexing.gather_positions(ordered, starts)}
     if "indices" in fields:
         found["indices"] = _indexing.gather_positions(order, starts)
@@ -190,8 +188,8 @@ def _unique_on_device(x: Tensor, fields: tuple[str, ...]) -> tuple[Tensor, ...]:
         ends[:-1] = starts[1:]
         found["counts"] = ends - starts
     if "inverse_indices" in fields:  # (each element's run, written back to its place)
-        runs = cumulative_sum(first, dtype=dt.int64) - 1
-        found["inverse_indices"] = F.reshape(_indexing.scatter_positions(runs, order, runs), x.shape)
+        inverse = F.astype(runs - 1, dt.int64)
+        found["inverse_indices"] = F.reshape(_indexing.scatter_positions(inverse, order, inverse), x.shape)
     return tuple(found[f] for f in ("values", *fields))
 
 
