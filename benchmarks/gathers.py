@@ -1,7 +1,8 @@
 """Integer-array gathers and scatters: a boolean mask's selection and unique_inverse (on
 the device, and read to the host: GPUs take the first; CPU devices read masks and run
 unique_* on the device from clients._sorting.UNIQUE_ON_DEVICE_MIN elements),
-`take`, rows and columns of a matrix by index, and rows written by index, against numpy
+`take`, rows and columns of a matrix by index, rows written by index into a fresh value
+and into one that lives on (in place), and one element written into it, against numpy
 (and PyTorch where installed: on the same GPU where it has CUDA, else on the CPU).
 
     x: float32, 2^22 elements (--size large: a vector, or 2048 x 2048) or 2^20 (small);
@@ -67,6 +68,27 @@ def _cases(side: int) -> dict[str, dict[str, Any]]:
                 clients._indexing.MASKS_ON_DEVICE = None
         return run
 
+    # Writes into a tensor that lives on (a model's table, a simulation's state): each
+    # call's old value dies with it, and the scatter writes into its buffer.
+    state, t_state = matrix.copy(), clients.asarray(matrix)
+    one = (side // 2, 7)
+
+    def write_rows_ours() -> Any:
+        t_state[t_write] = t_rows
+        return t_state
+
+    def write_rows_numpy() -> Any:
+        state[write_idx] = rows
+        return state
+
+    def write_one_ours() -> Any:
+        t_state[one] = 2.5
+        return t_state
+
+    def write_one_numpy() -> Any:
+        state[one] = 2.5
+        return state
+
     labels = rng.integers(0, 1000, n).astype(np.int32)
     t_labels = clients.asarray(labels)
 
@@ -96,11 +118,19 @@ def _cases(side: int) -> dict[str, dict[str, Any]]:
                                              torch=("columns", matrix, row_idx), bytes=2 * n * b),
         f"y[idx] = rows, {side // 4} of {side}": dict(ours=scatter_ours, numpy=scatter_numpy, torch=None,
                                                      bytes=2 * n * b + 2 * rows.nbytes),
+        f"z[idx] = rows into a live z, {side // 4} of {side}": dict(
+            ours=write_rows_ours, numpy=write_rows_numpy,
+            torch=("put_rows", matrix, write_idx, rows), bytes=2 * rows.nbytes + write_idx.nbytes),
+        f"z[i, j] = 2.5 into a live z, {side}^2": dict(
+            ours=write_one_ours, numpy=write_one_numpy,
+            torch=("put_one", matrix, np.array([one[0] * side + one[1]])), bytes=b),
     }
 
 
 _TORCH_OPS = {"mask": lambda t: t[t > 0.5], "unique": lambda t: t.unique(return_inverse=True)[1],
-              "take": lambda t, i: t.take(i), "rows": lambda t, i: t[i], "columns": lambda t, i: t[:, i]}
+              "take": lambda t, i: t.take(i), "rows": lambda t, i: t[i], "columns": lambda t, i: t[:, i],
+              "put_rows": lambda t, i, r: t.index_put_((i,), r),
+              "put_one": lambda t, at: t.view(-1).index_fill_(0, at, 2.5)}
 
 
 def _case(case: dict[str, Any], repeat: int) -> dict:

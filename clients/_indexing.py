@@ -4,7 +4,10 @@ gathers, boolean masks and `take`.
 Tensors are immutable on the server, so assignment is a functional update: the new value
 is computed on the device and the handle is rebound to it (copy-on-write). Basic keys
 assign with one fused `where`; integer arrays read and write through one small device
-kernel (a gather or a scatter) that runs in stream order like any custom kernel.
+kernel (a gather or a scatter) that runs in stream order like any custom kernel. A
+scatter writes into the old value's buffer when the assignment kills it and nothing else
+sees it (MoveOp.old_dies), and small regions of large written tensors scatter too
+(SCATTER_REGION_MIN).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import numpy as np
 
 from fusion_server import dtypes as dt
 from fusion_server import opset
+from fusion_server.handles import READY
 from fusion_server.ir import MoveOp, contiguous_strides
 
 from . import _functions as F
@@ -343,12 +347,17 @@ def _any_outside(index: Tensor, n: int) -> bool:
 
 # -- the gather / scatter op --------------------------------------------------------------------
 def _move(name: str, inputs: list[Tensor], out_shape: tuple[int, ...], dtype: np.dtype, sel: _Selection,
-          region: tuple | None = None) -> Tensor:
-    """Queue a MoveOp (the server's gather / scatter kernel) and return its output."""
+          region: tuple | None = None, old_dies: bool = False) -> Tensor:
+    """Queue a MoveOp (the server's gather / scatter kernel) and return its output.
+    `old_dies`: see MoveOp; every op recorded before it, on any thread, is registered
+    first, so that each read of the old value is counted when the scatter runs."""
     client = inputs[0]._client
     ir = F._new(client, out_shape, dtype)
     out = Tensor._make(client, ir.id, ir.shape, ir.dtype)
-    client.register(MoveOp(name, tuple(t._id for t in inputs), ir, sel.region_map, sel.adv, sel.b_map, region))
+    if old_dies:
+        client.register_other_threads()
+    client.register(MoveOp(name, tuple(t._id for t in inputs), ir, sel.region_map, sel.adv, sel.b_map, region,
+                           old_dies))
     return out
 
 
@@ -358,13 +367,16 @@ def _gather(x: Tensor, sel: _Selection) -> Tensor:
 
 
 def _scatter(x: Tensor, sel: _Selection, value: Tensor) -> Tensor:
-    """x with `value` (already of x's dtype and the selection's shape) written into it."""
+    """x with `value` (already of x's dtype and the selection's shape) written into it,
+    for `setitem`, which rebinds x's handle to the result: x's old value dies with the
+    scatter, which may then write into its buffer (MoveOp.old_dies)."""
     from ._array_api import _contiguous
 
     region = F.basic_layout(x.shape, contiguous_strides(x.shape), 0, sel.basic)
-    # The old value is copied whole into the result, so it must be one run of elements.
+    # The old value is copied whole into the result (unless the scatter writes into it),
+    # so it must be one run of elements.
     old = _contiguous(x)
-    return _move("scatter", [old, value, *sel.indices], x.shape, x.dtype, sel, region)
+    return _move("scatter", [old, value, *sel.indices], x.shape, x.dtype, sel, region, old_dies=True)
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -470,12 +482,14 @@ def setitem(x: Tensor, key: Any, value: Any) -> None:
     int for int and float tensors, float for float tensors) and fit. Every check runs
     before anything changes, so a bad key or value raises here and leaves x as it was.
     Other tensors that are views of x's buffer (or that x was a view of) are not
-    modified: x takes a new buffer (copy-on-write).
+    modified: x takes a new buffer (copy-on-write), or keeps its own when nothing else
+    sees the old value (a scatter writes into it: MoveOp.old_dies).
 
     Basic keys assign with one fused `where(selected, value, x)` (the selection computed
     from each element's flat index), which fuses with the work around it; a tensor value
     that varies along a dimension selected only in part is written with one scatter
-    kernel instead. Integer-array keys scatter on the device (with duplicate indices, which
+    kernel instead, as is a small region of a large tensor computed already (see
+    SCATTER_REGION_MIN). Integer-array keys scatter on the device (with duplicate indices, which
     value lands is unspecified); boolean masks select on the device when the value does
     not vary along the selected elements, else the mask is read as for `x[mask]`.
     """
@@ -529,6 +543,11 @@ def _assign_basic(x: Tensor, key: Any, value: Any) -> Tensor | None:
     value = _fits(value, region_shape)
     if 0 in region_shape:
         return None  # nothing selected: x stays as it is
+    if _scatters_region(x, math.prod(region_shape), value):
+        sel = _region_selection(x, key)
+        value = F.full((), value, x.dtype, x.device) if type(value) is not Tensor else \
+            F.reshape(value, sel.region_shape) if value.shape != sel.region_shape else value
+        return _scatter(x, sel, _fits(value, sel.region_shape))
     items = _per_axis(x, key)
     spread = _spread(x, items, value) if type(value) is Tensor else value
     if spread is None:  # the value varies where the selection is partial: scatter it
@@ -537,6 +556,47 @@ def _assign_basic(x: Tensor, key: Any, value: Any) -> Tensor | None:
     if mask is None:  # everything is selected
         return F.astype(spread, x.dtype) if type(spread) is Tensor else F.full(x.shape, spread, x.dtype, x.device)
     return F.where(mask, spread, x)
+
+
+# A basic assignment to at most 1/SCATTER_REGION_SHARE of a tensor that is written already
+# and has SCATTER_REGION_MIN elements or more (by device kind) scatters into the region, in
+# place where the old value dies (MoveOp.old_dies), instead of computing where(selected,
+# value, x) at every element. The `where` is one launch where the scatter of a scalar is
+# two (the value's fill, the scatter), it fuses with the ops around it, and on a value
+# still to be computed it costs no pass of its own. Measured on Intel's CPU runtime (Zen 4,
+# `x[k] = v` then a sync, float32): where 101 to 107 us up to 2^18 elements, 174 at 2^20,
+# 497 at 2^22, 2059 at 2^24; the scatter 172 to 175 us at every size.
+SCATTER_REGION_MIN = {"CPU": 1 << 20, "other": 1 << 24}
+SCATTER_REGION_SHARE = 16
+
+
+def _scatters_region(x: Tensor, selected: int, value: Any) -> bool:
+    """Whether `x[key] = value` over `selected` elements scatters (see SCATTER_REGION_MIN)."""
+    if selected * SCATTER_REGION_SHARE > x.size or _traced.tracing or type(value) is F.TracedScalar:
+        return False
+    server = x._client.server
+    if x.size < SCATTER_REGION_MIN.get(server.info.kind, SCATTER_REGION_MIN["other"]):
+        return False
+    # (a look without the lock: a hint for the choice, which is right either way)
+    e = server.handles.entries.get(x._id)
+    return e is not None and e.storage.status == READY and e.storage.buffer is not None
+
+
+def _region_selection(x: Tensor, key: Any) -> _Selection:
+    """A basic key as a scatter's selection with no index array: each int becomes a slice
+    of one element (its dimension stays, of size 1, in the region)."""
+    basic = []
+    axis = 0
+    for k in F.expand_ellipsis(key, x.ndim):
+        if k is not None:
+            if type(k) is not slice:
+                k = operator.index(k) % x.shape[axis]
+                k = slice(k, k + 1)
+            axis += 1
+        basic.append(k)
+    shape, _, _ = F.basic_layout(x.shape, contiguous_strides(x.shape), 0, tuple(basic))
+    dims = tuple(range(len(shape)))
+    return _Selection(tuple(basic), shape, (), (), shape, dims, (-1,) * len(shape))
 
 
 def _whole(r: Any, n: int) -> bool:

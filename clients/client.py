@@ -416,12 +416,18 @@ class FusionClient:
             sid, queue = oldest
             self._register_queue(sid, queue, queue[0][0] + 1)  # its oldest op alone
 
+    def register_other_threads(self) -> None:
+        """Register the ops other threads have queued, oldest first (before an op that
+        must come after every read of a value recorded so far)."""
+        me = _get_ident()
+        if any(q for sid, q in list(self.queues.items()) if sid != me):
+            self.call(lambda server: self._register_all())
+
     def keep_until_registered(self, handle: Any) -> None:
         """Keep `handle` alive until every op recorded so far is registered (a handle that
         took over a rebound tensor's old id, which queued ops may read)."""
         me = _get_ident()
-        if any(q for sid, q in list(self.queues.items()) if sid != me):
-            self.call(lambda server: self._register_all())
+        self.register_other_threads()
         queue = self.queues.get(me)
         if queue:
             queue.append((next(self._sequence), None, handle))

@@ -152,7 +152,9 @@ class MoveOp(NamedTuple):
     gather: `out = src[indices]`, inputs (src, *indices), `src` being the region the
     indices select in. scatter: `out = old` with `value` written through the indices into
     `region` of it, inputs (old, value, *indices); `old` is one run of elements. The maps
-    place the broadcast index shape among the region's dimensions (numpy's rules)."""
+    place the broadcast index shape among the region's dimensions (numpy's rules).
+    `old_dies`: a scatter whose `old` nobody names after it (`x[key] = value` rebinds x's
+    handle): its buffer may take the values in place (fusers/move.py)."""
 
     name: str  # "gather" or "scatter"
     inputs: tuple[int, ...]
@@ -161,6 +163,7 @@ class MoveOp(NamedTuple):
     adv: tuple[int, ...]  # the region dims the index arrays index
     b_map: tuple[int, ...]  # per iteration dim: the index shape's dim, or -1
     region: tuple | None = None  # scatter: the region's (shape, strides, offset) in `out`
+    old_dies: bool = False
 
 
 class ConcatOp(NamedTuple):

@@ -616,6 +616,10 @@ class FusionServer:
                 outs = outputs_of(op)
                 if any(t not in entries for t in ins) or any(o.id not in entries for o in outs):
                     continue  # half registered: its writer below fails what it would have written
+                if type(op) is MoveOp and op.old_dies:
+                    # (its client was cut before rebinding the handle of the old value,
+                    # which lives on: the scatter, when it runs, copies it like any other)
+                    op = op._replace(old_dies=False)
                 remaining.append(op)
                 for o in outs:
                     writers[o.id] = sid
@@ -636,6 +640,13 @@ class FusionServer:
                     orphans.append(st)
         if orphans:
             self.ctx.fail(orphans, err)
+        # Each storage's count of the entries naming it, counted again too (an entry that
+        # takes over another's storage, fusers/move.py, counts it first and could be cut).
+        storages = {id(e.storage): e.storage for e in entries.values()}
+        for st in storages.values():
+            st.refs = 0
+        for entry in entries.values():
+            entry.storage.refs += 1
         if self.early_drops:  # (an interrupt between an entry and its early drop: applied here)
             self._dropped_early([e.ir for tid, e in entries.items() if tid in self.early_drops])
         for entry in list(entries.values()):

@@ -3,8 +3,9 @@ their launch arguments.
 
 One kernel moves elements: `dst[d] = src[s]` over an iteration space, with d and s an
 offset plus coordinates times strides, plus each index array's value times its axis's
-stride. A gather walks its output and reads through the selected region; a scatter first
-copies the old values into the output, then walks the value and writes into the region.
+stride. A gather walks its output and reads through the selected region; a scatter walks
+the value and writes into the region of an output that holds the old values (copied
+there first, or the old value's own buffer: fusers/move.py).
 
 Coordinates cost 64-bit divisions, the dearest part of the kernel on CPU devices: a 1-D
 space needs none, and a space whose last axis is long runs over a 2-D grid (that axis,

@@ -14,6 +14,7 @@ import pyopencl as cl
 
 from ..codegen import gather as gg
 from ..context import BlockContext
+from ..handles import READY, Entry
 from ..ir import ConcatOp, MoveOp
 from .base import LonePlan
 
@@ -48,8 +49,33 @@ def _launch_move(ctx: BlockContext, kernel: cl.Kernel, spec: gg.MoveSpec, walked
         ctx.launch(kernel, n // row, None, args, kind, [name], len(args), n)
 
 
+def _writes_in_place(ctx: BlockContext, op: MoveOp, old: Entry, out: Entry) -> bool:
+    """Whether a scatter may write into its old value's buffer instead of a copy of it:
+    the old value dies with the op (`old_dies`: the client rebinds the handle that named
+    it), nothing else reads it or shares, pins or owns its buffer, and it has the
+    result's layout. Not while capturing (a capture's outputs live in buffers of its own)."""
+    st = old.storage
+    return (op.old_dies and ctx.tape is None and old.contiguous and old.readers == 1
+            and op.inputs.count(op.inputs[0]) == 1 and st.refs == 1 and not st.pins and st.owned
+            and st.status == READY and st.buffer is not None and st.nbytes == out.storage.nbytes
+            and old.ir.shape == out.ir.shape and old.ir.dtype == out.ir.dtype)
+
+
+def _share(old: Entry, out: Entry) -> None:
+    """Make `out` name `old`'s storage, which now holds out's values: the old value (dead
+    once the client rebinds its handle) shows them meanwhile, a state as consistent as
+    any should an interrupt keep the handle from being rebound."""
+    shared, fresh = old.storage, out.storage
+    shared.refs += 1  # (first: cut here, one reference too many, which the recovery recounts)
+    out.storage = shared
+    fresh.refs -= 1
+    fresh.nbytes = -1  # (never given a buffer: nothing to hand back, see handles.maybe_release)
+
+
 class MovePlan(LonePlan):
-    """A gather or scatter: the old values copied first (scatter), then the move kernel."""
+    """A gather or scatter: the old values copied first (scatter), then the move kernel.
+    A scatter whose old value dies with it writes into that buffer instead (`x[k] = v` on
+    a large x costs the selection's elements, not a copy of x)."""
 
     op: MoveOp
 
@@ -70,16 +96,25 @@ class MovePlan(LonePlan):
         built = ctx.build_or_fail(spec, what, [out])
         if built is None:
             return
-        ctx.allocate(out.storage)
         old, itemsize = ins[0], op.out.dtype.itemsize
-        if scatter and math.prod(old.ir.shape):  # the old values first (one run of elements), in queue order
-            ctx.enqueue(cl.enqueue_copy, out.storage.buffer, old.storage.buffer,
-                        byte_count=math.prod(old.ir.shape) * itemsize, src_offset=old.offset * itemsize,
-                        dst_offset=out.offset * itemsize)
+        in_place = scatter and _writes_in_place(ctx, op, old, out)
+        if in_place:
+            target = old.storage.buffer
+            ctx.counters["inplace_reuses"] += 1
+        else:
+            target = ctx.allocate(out.storage)
+            if scatter and math.prod(old.ir.shape):  # the old values first (one run of elements), in queue order
+                ctx.enqueue(cl.enqueue_copy, target, old.storage.buffer,
+                            byte_count=math.prod(old.ir.shape) * itemsize, src_offset=old.offset * itemsize,
+                            dst_offset=out.offset * itemsize)
         if n:
-            gg.set_buffers(args, out.storage.buffer, ins[1 if scatter else 0].storage.buffer,
+            gg.set_buffers(args, target, ins[1 if scatter else 0].storage.buffer,
                            [e.storage.buffer for e in indices])
+            if in_place and ctx.recorders:
+                ctx.note += "; written into the old value's buffer, which dies with it (no copy)"
             _launch_move(ctx, built.kernel, spec, walked, args, "move", op.name)
+        if in_place:  # (after the launch: cut before it, the old value keeps its own values)
+            _share(old, out)
         ctx.mark_ready([out.storage])
 
 
