@@ -259,3 +259,25 @@ def test_interrupted_in_place_assignments_leave_the_old_or_the_new_values(small_
     del x
     settle()
     assert clients.stats()["buffers_live"] == baseline
+
+
+def test_every_assignment_of_a_loop_writes_in_place(small_regions, channel):
+    """The handle an assignment rebinds dies at once or with the next registration: each
+    of a loop's assignments finds its old value dead, and a lazy reader between them
+    still sees the values it was recorded on."""
+    x = _written(np.zeros(4096, np.float32))
+    want = np.zeros(4096, np.float32)
+    before = counters(("inplace_reuses",))
+    for i in range(30):
+        x[i] = float(i)
+        want[i] = i
+        if i % 3 == 0:
+            x[np.array([i + 100, i + 200])] = 1.0
+            want[[i + 100, i + 200]] = 1
+    doubled = x * 2.0
+    for i in range(5):
+        x[i] = -1.0
+    np.testing.assert_array_equal(doubled.numpy(), want * 2)
+    want[:5] = -1
+    np.testing.assert_array_equal(x.numpy(), want)
+    assert counted_since(before) == {"inplace_reuses": 30 + 10 + 5}
