@@ -328,8 +328,15 @@ def _index_on_device(index: Tensor | np.ndarray | _InRange, n: int, axis: int, x
     if type(index) is Tensor:
         if index._client is not x._client:
             F._client_of((x, index))  # raises, naming both devices
-        if index.size and not (_traced.tracing and _traced.current()) and _any_outside(index, n):
-            raise IndexError(f"an index in the index tensor is out of bounds for axis {axis} with size {n}")
+        if index.size and not (_traced.tracing and _traced.current()):
+            # A tensor's values never change under its id: one check serves every later
+            # use of the same index tensor along an axis at least as long (a loop's
+            # gathers and scatters by one index wait for no read).
+            checked = getattr(index, "_checked_bound", None)
+            if checked is None or checked[0] != index._id or checked[1] > n:
+                if _any_outside(index, n):
+                    raise IndexError(f"an index in the index tensor is out of bounds for axis {axis} with size {n}")
+                index._checked_bound = (index._id, n)
         return index
     if index.size:
         bad = index[(index < -n) | (index >= n)]
@@ -493,6 +500,7 @@ def setitem(x: Tensor, key: Any, value: Any) -> None:
     value lands is unspecified); boolean masks select on the device when the value does
     not vary along the selected elements, else the mask is read as for `x[mask]`.
     """
+    x._checked_bound = None  # (an interrupted assignment may leave x's id with the new values)
     value = _value_for(x, value)
     key, selects = _drop_scalar_masks(key)
     if not selects:

@@ -65,8 +65,11 @@ class Tensor:
     """
 
     # (_dense_base: (value, order) where this handle is `value` permuted, made by an op
-    # run in its operands' memory order; unset on most handles: read with getattr)
-    __slots__ = ("_id", "_client", "shape", "dtype", "_strides", "_offset", "_dense_base", "__weakref__")
+    # run in its operands' memory order; _checked_bound: (id, n) when the values of
+    # tensor `id` were found in [-n, n) as indices (see _indexing._index_on_device);
+    # both unset on most handles: read with getattr)
+    __slots__ = ("_id", "_client", "shape", "dtype", "_strides", "_offset", "_dense_base", "_checked_bound",
+                 "__weakref__")
 
     __array_priority__ = 1000  # numpy defers mixed operators to us
 

@@ -84,6 +84,28 @@ def test_out_of_bounds_indices_raise_and_leave_the_server_usable():
     _equal(x[[1]] + 1.0, a[[1]] + np.float32(1))
 
 
+def test_a_device_index_tensor_is_checked_once_per_value():
+    """The check reads one number; an index tensor used again along an axis at least as
+    long is not checked again (its values never change under its id), a shorter axis or
+    a new value of the handle is."""
+    a, x = _pair((8, 6))
+    idx = xp.asarray(np.array([5, 0, -3]))
+    reads = xp.stats()["reads"]
+    _equal(x[idx], a[[5, 0, -3]])
+    assert xp.stats()["reads"] == reads + 2  # the check, and the result
+    for _ in range(3):
+        _equal(x[idx] * 2.0, a[[5, 0, -3]] * 2)
+    x[idx] = 1.0
+    assert xp.stats()["reads"] == reads + 2 + 3  # the results alone (the scatter reads nothing)
+    with pytest.raises(IndexError, match="index tensor is out of bounds for axis 1 with size 4"):
+        x[:, :4][:, idx]  # a shorter axis: checked again
+    idx[0] = 9  # a new value, under a new id
+    with pytest.raises(IndexError, match="index tensor is out of bounds for axis 0 with size 8"):
+        x[idx]
+    a[[5, 0, -3]] = 1
+    _equal(x, a)
+
+
 # -- boolean masks --------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["tensor", "numpy", "list"])
 def test_boolean_masks_match_numpy(kind, selecting):
