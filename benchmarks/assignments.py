@@ -6,9 +6,9 @@ PyTorch's (where installed: on the same GPU where it has CUDA, else on the CPU).
     z: float32, 2048 x 2048 (--size large) or 1024 x 1024 (small), a tensor that lives on
     (a table, a simulation's state); rows: a quarter of its rows, by int64 indices
 
-Cases: `z[idx] = rows`, `z[i, j] = 2.5`, `z[i, a:b] = 1.5`, and `y = m * 1.0; y[idx] =
-rows` (a fresh value, whose old buffer dies too). Each variant runs to completion (the
-device waited for; numpy on the host), side by side in interleaved rounds.
+Cases: `z[idx] = rows`, `z[idx] = 0.0`, `z[i, j] = 2.5`, `z[i, a:b] = 1.5`, and `y = m *
+1.0; y[idx] = rows` (a fresh value, whose old buffer dies too). Each variant runs to
+completion (the device waited for; numpy on the host), side by side in interleaved rounds.
 
     python -m benchmarks.assignments [--size small|large] [--repeat N] [--out DIR]
 """
@@ -80,6 +80,9 @@ def _cases(side: int) -> dict[str, dict[str, Any]]:
         f"z[idx] = rows, {side // 4} of {side}": dict(
             ours=synced(lambda: z.__setitem__(t_idx, t_rows)), numpy=lambda: state.__setitem__(idx, rows),
             torch=lambda t, k, r: t.index_put_((k,), r), inputs=(matrix, idx, rows)),
+        f"z[idx] = 0.0, {side // 4} rows of {side}": dict(
+            ours=synced(lambda: z.__setitem__(t_idx, 0.0)), numpy=lambda: state.__setitem__(idx, 0.0),
+            torch=lambda t, k: t.index_put_((k,), t.new_tensor(0.0)), inputs=(matrix, idx)),
         f"z[i, j] = 2.5, {side}^2": dict(
             ours=synced(lambda: z.__setitem__((i, 7), 2.5)), numpy=lambda: state.__setitem__((i, 7), 2.5),
             torch=lambda t: t.__setitem__((i, 7), 2.5), inputs=(matrix,)),

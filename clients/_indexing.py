@@ -354,17 +354,18 @@ def _any_outside(index: Tensor, n: int) -> bool:
 
 # -- the gather / scatter op --------------------------------------------------------------------
 def _move(name: str, inputs: list[Tensor], out_shape: tuple[int, ...], dtype: np.dtype, sel: _Selection,
-          region: tuple | None = None, old_dies: bool = False) -> Tensor:
+          region: tuple | None = None, old_dies: bool = False, fill: tuple | None = None) -> Tensor:
     """Queue a MoveOp (the server's gather / scatter kernel) and return its output.
-    `old_dies`: see MoveOp; every op recorded before it, on any thread, is registered
-    first, so that each read of the old value is counted when the scatter runs."""
+    `old_dies`, `fill`: see MoveOp; with `old_dies` every op recorded before it, on any
+    thread, is registered first, so that each read of the old value is counted when the
+    scatter runs."""
     client = inputs[0]._client
     ir = F._new(client, out_shape, dtype)
     out = Tensor._make(client, ir.id, ir.shape, ir.dtype)
     if old_dies:
         client.register_other_threads()
     client.register(MoveOp(name, tuple(t._id for t in inputs), ir, sel.region_map, sel.adv, sel.b_map, region,
-                           old_dies))
+                           old_dies, fill))
     return out
 
 
@@ -373,9 +374,10 @@ def _gather(x: Tensor, sel: _Selection) -> Tensor:
     return _move("gather", [y, *sel.indices], sel.out_shape, x.dtype, sel)
 
 
-def _scatter(x: Tensor, sel: _Selection, value: Tensor) -> Tensor:
-    """x with `value` (already of x's dtype and the selection's shape) written into it,
-    for `setitem`, which rebinds x's handle to the result: x's old value dies with the
+def _scatter(x: Tensor, sel: _Selection, value: Any) -> Tensor:
+    """x with `value` (a tensor of x's dtype and the selection's shape, or a Python scalar
+    checked against x's dtype: a kernel argument, MoveOp.fill) written into it, for
+    `setitem`, which rebinds x's handle to the result: x's old value dies with the
     scatter, which may then write into its buffer (MoveOp.old_dies)."""
     from ._array_api import _contiguous
 
@@ -383,7 +385,10 @@ def _scatter(x: Tensor, sel: _Selection, value: Tensor) -> Tensor:
     # The old value is copied whole into the result (unless the scatter writes into it),
     # so it must be one run of elements.
     old = _contiguous(x)
-    return _move("scatter", [old, value, *sel.indices], x.shape, x.dtype, sel, region, old_dies=True)
+    if type(value) is Tensor:
+        return _move("scatter", [old, value, *sel.indices], x.shape, x.dtype, sel, region, old_dies=True)
+    fill = (F.scalar_operand(value, x.dtype), sel.out_shape)
+    return _move("scatter", [old, *sel.indices], x.shape, x.dtype, sel, region, old_dies=True, fill=fill)
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -512,7 +517,7 @@ def setitem(x: Tensor, key: Any, value: Any) -> None:
         if new is None:
             sel = _select(x, key)
             fitted = _fits(value, sel.out_shape)
-            if type(fitted) is not Tensor:
+            if type(fitted) is F.TracedScalar:  # (a kernel argument of a fill, which a capture replays)
                 fitted = F.full(sel.out_shape, fitted, x.dtype, x.device)
             new = _scatter(x, sel, fitted)
     if new is not None:
@@ -553,8 +558,8 @@ def _assign_basic(x: Tensor, key: Any, value: Any) -> Tensor | None:
         return None  # nothing selected: x stays as it is
     if _scatters_region(x, math.prod(region_shape), value):
         sel = _region_selection(x, key)
-        value = F.full((), value, x.dtype, x.device) if type(value) is not Tensor else \
-            F.reshape(value, sel.region_shape) if value.shape != sel.region_shape else value
+        if type(value) is Tensor and value.shape != sel.region_shape:
+            value = F.reshape(value, sel.region_shape)
         return _scatter(x, sel, _fits(value, sel.region_shape))
     items = _per_axis(x, key)
     spread = _spread(x, items, value) if type(value) is Tensor else value
@@ -569,11 +574,13 @@ def _assign_basic(x: Tensor, key: Any, value: Any) -> Tensor | None:
 # A basic assignment to at most 1/SCATTER_REGION_SHARE of a tensor that is written already
 # and has SCATTER_REGION_MIN elements or more (by device kind) scatters into the region, in
 # place where the old value dies (MoveOp.old_dies), instead of computing where(selected,
-# value, x) at every element. The `where` is one launch where the scatter of a scalar is
-# two (the value's fill, the scatter), it fuses with the ops around it, and on a value
-# still to be computed it costs no pass of its own. Measured on Intel's CPU runtime (Zen 4,
-# `x[k] = v` then a sync, float32): where 101 to 107 us up to 2^18 elements, 174 at 2^20,
-# 497 at 2^22, 2059 at 2^24; the scatter 172 to 175 us at every size.
+# value, x) at every element. The scatter is one launch (a scalar is its argument), and
+# alone it is the faster at every size, but it runs by itself where the `where` fuses with
+# the ops around it: a loop's assignments and the reads after them become one pass over x,
+# and on a value still to be computed the `where` costs no pass of its own. Measured on a
+# Zen 4 (`x[5] = 2.5` then a sync, float32, us): Intel's CPU runtime, where 70 up to
+# 2^16 elements, 148 at 2^20, 260 at 2^22, the scatter 56 to 57 at every size; PoCL 3.0,
+# where 89 to 122 up to 2^16, 414 at 2^20, 1244 at 2^22, the scatter 85 to 152.
 SCATTER_REGION_MIN = {"CPU": 1 << 20, "other": 1 << 24}
 SCATTER_REGION_SHARE = 16
 

@@ -154,7 +154,9 @@ class MoveOp(NamedTuple):
     `region` of it, inputs (old, value, *indices); `old` is one run of elements. The maps
     place the broadcast index shape among the region's dimensions (numpy's rules).
     `old_dies`: a scatter whose `old` nobody names after it (`x[key] = value` rebinds x's
-    handle): its buffer may take the values in place (fusers/move.py)."""
+    handle): its buffer may take the values in place (fusers/move.py). `fill`: a scatter
+    of one value, (Scalar, the selection's shape), in place of a value tensor: inputs
+    (old, *indices), and no launch to make the value first."""
 
     name: str  # "gather" or "scatter"
     inputs: tuple[int, ...]
@@ -164,6 +166,7 @@ class MoveOp(NamedTuple):
     b_map: tuple[int, ...]  # per iteration dim: the index shape's dim, or -1
     region: tuple | None = None  # scatter: the region's (shape, strides, offset) in `out`
     old_dies: bool = False
+    fill: tuple[Scalar, tuple[int, ...]] | None = None
 
 
 class ConcatOp(NamedTuple):

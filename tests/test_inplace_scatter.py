@@ -163,7 +163,7 @@ def test_a_small_region_of_a_written_tensor_is_scattered_in_place(small_regions,
     (scatter,) = _scatters(rec)
     assert IN_PLACE in scatter.why
     assert counted_since(before) == {"inplace_reuses": 1}
-    assert not any("where" in k.ops for k in rec.kernels)
+    assert len(rec.kernels) == 1  # the scatter alone: no where, and a scalar needs no fill
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int64, np.float64, np.complex64, np.bool_])
@@ -175,6 +175,58 @@ def test_region_scatters_keep_every_dtype(small_regions, dtype):
     want = a.copy()
     want[3, 4:20:3] = value
     np.testing.assert_array_equal(x.numpy(), want)
+
+
+INDEX_KEYS = [
+    (np.array([3, 0, -1]),), (np.array([[1, 2], [5, 5]]),), (slice(1, 4), np.array([0, 6, 2])),
+    (np.array([0, 4]), np.array([1, -2])), (Ellipsis, np.array([3])), (np.array([2]), slice(None, None, 2)),
+]
+
+
+@pytest.mark.parametrize("key", INDEX_KEYS, ids=str)
+def test_a_scalar_assigned_through_index_arrays_is_the_scatter_s_argument(key, via):
+    """No tensor of the value is made first (a fill over the selection's shape was a launch
+    of its own): the scatter writes the scalar, a kernel argument, also in a capture."""
+    a = rand((6, 7), seed=11)
+    x = _written(a)
+
+    def assign(x):
+        x[key] = -3.5  # (a constant of the function: no argument of the jitted call)
+        return x * 1.0
+
+    with clients.inspect() as rec:
+        got = via(assign)(x).numpy()
+    want = a.copy()
+    want[key] = -3.5
+    np.testing.assert_array_equal(got, want)
+    assert len(_scatters(rec)) == 1
+    assert not any("fill" in k.ops for k in rec.kernels)
+
+
+# Values a kernel argument must carry bit for bit: each dtype's ends, signed zeros, NaNs,
+# infinities, subnormals, integers past float64's 53 bits, both parts of a complex value.
+EDGES = {
+    np.bool_: [True, False], np.int8: [-128, 127], np.uint8: [255], np.int16: [-32768], np.uint16: [65535],
+    np.int32: [-2 ** 31], np.uint32: [2 ** 32 - 1], np.int64: [-2 ** 63, 2 ** 63 - 1, 2 ** 53 + 1],
+    np.uint64: [2 ** 64 - 1, 2 ** 53 + 1], np.float32: [-0.0, float("nan"), float("-inf"), 1e-45, 3.4e38],
+    np.float64: [-0.0, float("nan"), 5e-324, 1.0 + 2 ** -52],
+    np.complex64: [complex(-0.0, 1.5), complex(float("nan"), float("-inf"))],
+    np.complex128: [complex(1e-310, -0.0), complex(0.1, float("nan"))],
+}
+
+
+@pytest.mark.parametrize("dtype", list(EDGES), ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("way", ["index array", "region"])
+def test_a_scattered_scalar_keeps_its_bits_in_every_dtype(small_regions, dtype, way):
+    a = (np.arange(300) % 5).astype(dtype).reshape(10, 30)
+    x = _written(a)
+    want = a.copy()
+    key = (np.array([7, 2, -1]), slice(3, 9)) if way == "index array" else (4, slice(1, 30, 7))
+    for value in EDGES[dtype]:
+        x[key] = value
+        want[key] = value
+    got = x.numpy()
+    assert got.tobytes() == want.tobytes(), (got, want)
 
 
 def test_a_large_region_or_a_value_still_to_compute_stays_a_fused_where(small_regions):

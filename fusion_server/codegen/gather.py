@@ -5,7 +5,8 @@ One kernel moves elements: `dst[d] = src[s]` over an iteration space, with d and
 offset plus coordinates times strides, plus each index array's value times its axis's
 stride. A gather walks its output and reads through the selected region; a scatter walks
 the value and writes into the region of an output that holds the old values (copied
-there first, or the old value's own buffer: fusers/move.py).
+there first, or the old value's own buffer: fusers/move.py). A scatter of one value
+(`x[idx] = 2.5`) takes it as an argument, `src`, and walks the selection.
 
 Coordinates cost 64-bit divisions, the dearest part of the kernel on CPU devices: a 1-D
 space needs none, and a space whose last axis is long runs over a 2-D grid (that axis,
@@ -42,6 +43,9 @@ class MoveSpec(NamedTuple):
     # kernel time with it, 0.9 to 2.1 without (2 Zen 3 cores; Intel's runtime: 0.9 to 1.2
     # either way).
     guarded: bool = True
+    # A scatter of one value (MoveOp.fill): `src` is that value, a kernel argument, where
+    # it is a buffer read through strides (the value's fill was a launch of its own).
+    fill: bool = False
 
 # A space of 2 dimensions or more whose last axis has at least this many elements runs as
 # a 2-D grid (MoveSpec.layout), unless its rows exceed GRID_MAX_ROWS on a GPU (the second
@@ -77,22 +81,26 @@ def layout_for(shape: tuple[int, ...], cpu: bool, packs_lanes: bool) -> str:
 def kernel_name(spec: MoveSpec) -> str:
     layout = ("" if spec.layout == "flat" else f"_{spec.layout}") + ("" if spec.guarded else "_exact")
     units = "_" + "".join("n" if u is None else str(u) for u in spec.units) if spec.units else ""
-    return f"move_{spec.dtype}_{'_'.join(str(d) for d in spec.index_dtypes)}_{spec.rank}d{layout}{units}"
+    fill = "_fill" if spec.fill else ""
+    return f"move{fill}_{spec.dtype}_{'_'.join(str(d) for d in spec.index_dtypes)}_{spec.rank}d{layout}{units}"
 
 
 def generate(spec: MoveSpec) -> tuple[str, str]:
     """(source, kernel name) for `spec`."""
     name = kernel_name(spec)
-    return move_source(spec.dtype, spec.index_dtypes, spec.rank, name, spec.layout, spec.units, spec.guarded), name
+    return move_source(spec.dtype, spec.index_dtypes, spec.rank, name, spec.layout, spec.units, spec.guarded,
+                       spec.fill), name
 
 
 def arg_dtypes(spec: MoveSpec) -> list:
     """pyopencl's argument types, in `move_source`'s order: None for the buffers, int64 for
     every scalar (without them pyopencl sets each scalar by its slow path: 6.4 us an
-    argument on Intel's CPU runtime, 42 of a 1-element scatter's 45 us of launch)."""
+    argument on Intel's CPU runtime, 42 of a 1-element scatter's 45 us of launch), the
+    elements' dtype for a fill's value."""
     i64 = np.dtype(np.int64)
     k = len(spec.index_dtypes)
-    return [None, i64, None, i64] + [None, i64] * k + [i64] * (1 + spec.rank * (3 + k) + 3 * k)
+    return [None, i64, spec.dtype if spec.fill else None, i64] + [None, i64] * k + \
+        [i64] * (1 + spec.rank * (3 + k) + 3 * k)
 
 
 def scalar_variant(spec: MoveSpec) -> None:
@@ -100,7 +108,8 @@ def scalar_variant(spec: MoveSpec) -> None:
 
 
 def move_source(dtype: np.dtype, index_dtypes: tuple[np.dtype, ...], rank: int, name: str = "move",
-                layout: str = "flat", units: tuple[int | None, ...] = (), guarded: bool = True) -> str:
+                layout: str = "flat", units: tuple[int | None, ...] = (), guarded: bool = True,
+                fill: bool = False) -> str:
     """OpenCL C for `dst[d] = src[s]` over an iteration space of `rank` dimensions.
 
     Each work-item finds its coordinates: from its flat index ("flat"), from a 2-D grid
@@ -108,11 +117,13 @@ def move_source(dtype: np.dtype, index_dtypes: tuple[np.dtype, ...], rank: int, 
     before it ("grid"), or as one row, walked by a loop ("rows"); d and s are an offset
     plus coordinate times stride per dimension, plus for each index array its value
     (negative ones wrapped, then clamped into the axis so no read or write leaves the
-    buffers) times that axis's stride. `units`, `guarded`: MoveSpec's.
+    buffers) times that axis's stride. `units`, `guarded`, `fill`: MoveSpec's (a fill
+    writes `src`, a value, and walks no source offset).
     """
     t = dt.CL_NAME[dtype]
     k_range = range(len(index_dtypes))
-    params = [f"__global {t} *dst", "long dst_off", f"__global const {t} *src", "long src_off"]
+    params = [f"__global {t} *dst", "long dst_off", f"const {t} src" if fill else f"__global const {t} *src",
+              "long src_off"]
     for k, d in enumerate(index_dtypes):
         params += [f"__global const {dt.CL_NAME[d]} *idx{k}", f"long idx{k}_off"]
     params.append("long n")
@@ -130,7 +141,7 @@ def move_source(dtype: np.dtype, index_dtypes: tuple[np.dtype, ...], rank: int, 
     def step(o: int, at: str) -> str:  # (coordinate c along axis o, added to the offsets named with `at`)
         us = unit[:n_walk] if o == rank - 1 else (None,) * n_walk
         names = [(f"d{at}", f"ds{o}"), (f"s{at}", f"ss{o}")] + [(f"i{k}{at}", f"is{k}_{o}") for k in k_range]
-        return adds("c", ((t, st, u) for (t, st), u in zip(names, us)))
+        return adds("c", ((t, st, u) for (t, st), u in zip(names, us) if not (fill and t[0] == "s")))
 
     last = rank - 1
     split = rank if layout == "flat" else last  # (the axes whose coordinates come from g)
@@ -142,18 +153,20 @@ def move_source(dtype: np.dtype, index_dtypes: tuple[np.dtype, ...], rank: int, 
         body += ([f"if (g >= n / n{last}) return;" if layout == "rows" else "if (g >= n) return;"]
                  if guarded else [])
     # The offsets of the work-item's row (suffix _r), then of its element.
-    body += ["long d_r = dst_off, s_r = src_off;"] + [f"long i{k}_r = idx{k}_off;" for k in k_range]
+    body += ["long d_r = dst_off;" if fill else "long d_r = dst_off, s_r = src_off;"]
+    body += [f"long i{k}_r = idx{k}_off;" for k in k_range]
     for o in reversed(range(split)):  # (the first axis takes what is left: no division)
         body.append(f"{{ long c = g; {step(o, '_r')} }}" if o == 0 else
                     f"{{ long q = g / n{o}; long c = g - q * n{o}; {step(o, '_r')} g = q; }}")
-    element = ["long d = d_r, s = s_r;"] + [f"long i{k} = i{k}_r;" for k in k_range]
+    element = ["long d = d_r;" if fill else "long d = d_r, s = s_r;"] + [f"long i{k} = i{k}_r;" for k in k_range]
     if layout != "flat":
         element.append(f"{{ long c = x; {step(last, '')} }}")
     for k in k_range:
         da, sa = unit[n_walk + 2 * k:n_walk + 2 * k + 2]
+        walks = (('d', f'da{k}', da),) if fill else (('d', f'da{k}', da), ('s', f'sa{k}', sa))
         element.append(f"{{ long v = (long)idx{k}[i{k}]; if (v < 0) v += m{k}; v = clamp(v, 0L, m{k} - 1);"
-                       f" {adds('v', (('d', f'da{k}', da), ('s', f'sa{k}', sa)))} }}")
-    element.append("dst[d] = src[s];")
+                       f" {adds('v', walks)} }}")
+    element.append("dst[d] = src;" if fill else "dst[d] = src[s];")
     if layout == "rows":
         body += [f"for (long x = 0; x < n{last}; ++x) {{"] + ["  " + line for line in element] + ["}"]
     else:

@@ -24,11 +24,12 @@ def _layout(e) -> gg.Layout:
 
 
 def _spec(ctx: BlockContext, dtype, index_dtypes: tuple, walked: tuple[int, ...],
-          units: tuple[int | None, ...]) -> gg.MoveSpec:
+          units: tuple[int | None, ...], fill: bool = False) -> gg.MoveSpec:
     """The move kernel for a space `walked` on this device: CPU devices launch exactly its
     work-items, unguarded (see MoveSpec.guarded), in the layout that suits their driver."""
     cpu = ctx.info.kind == "CPU"
-    return gg.MoveSpec(dtype, index_dtypes, len(walked), gg.layout_for(walked, cpu, ctx.pack_lanes), units, not cpu)
+    return gg.MoveSpec(dtype, index_dtypes, len(walked), gg.layout_for(walked, cpu, ctx.pack_lanes), units, not cpu,
+                       fill)
 
 
 def _launch_move(ctx: BlockContext, kernel: cl.Kernel, spec: gg.MoveSpec, walked: tuple[int, ...], args: list,
@@ -87,12 +88,15 @@ class MovePlan(LonePlan):
         what = f"{op.name} ({op.name})"
         if ctx.fail_if_inputs_failed(what, ins, [out]):
             return
-        scatter = op.name == "scatter"
-        indices = ins[2:] if scatter else ins[1:]
-        walked = ins[1].ir.shape if scatter else op.out.shape  # a scatter walks its value, a gather its output
-        n, args, units = gg.move_arguments([_layout(e) for e in ins], _layout(out), scatter=scatter,
+        scatter, fill = op.name == "scatter", op.fill
+        layouts = [_layout(e) for e in ins]
+        if fill is not None:  # (the value as a layout that stays at its one element)
+            layouts.insert(1, (fill[1], 0, (0,) * len(fill[1])))
+        indices = ins[1 if fill is not None else 2 if scatter else 1:]
+        walked = layouts[1][0] if scatter else op.out.shape  # a scatter walks its value, a gather its output
+        n, args, units = gg.move_arguments(layouts, _layout(out), scatter=scatter,
                                           region_map=op.region_map, adv=op.adv, b_map=op.b_map, region=op.region)
-        spec = _spec(ctx, op.out.dtype, tuple(e.ir.dtype for e in indices), walked, units)
+        spec = _spec(ctx, op.out.dtype, tuple(e.ir.dtype for e in indices), walked, units, fill is not None)
         built = ctx.build_or_fail(spec, what, [out])
         if built is None:
             return
@@ -108,7 +112,7 @@ class MovePlan(LonePlan):
                             byte_count=math.prod(old.ir.shape) * itemsize, src_offset=old.offset * itemsize,
                             dst_offset=out.offset * itemsize)
         if n:
-            gg.set_buffers(args, target, ins[1 if scatter else 0].storage.buffer,
+            gg.set_buffers(args, target, fill[0].value if fill is not None else ins[1 if scatter else 0].storage.buffer,
                            [e.storage.buffer for e in indices])
             if in_place and ctx.recorders:
                 ctx.note += "; written into the old value's buffer, which dies with it (no copy)"
