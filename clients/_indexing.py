@@ -375,8 +375,8 @@ def _gather(x: Tensor, sel: _Selection) -> Tensor:
 
 
 def _scatter(x: Tensor, sel: _Selection, value: Any) -> Tensor:
-    """x with `value` (a tensor of x's dtype and the selection's shape, or a Python scalar
-    checked against x's dtype: a kernel argument, MoveOp.fill) written into it, for
+    """x with `value` (a tensor of x's dtype and the selection's shape, or a scalar checked
+    against x's dtype: a kernel argument, MoveOp.fill, a jitted call's too) written into it, for
     `setitem`, which rebinds x's handle to the result: x's old value dies with the
     scatter, which may then write into its buffer (MoveOp.old_dies)."""
     from ._array_api import _contiguous
@@ -516,10 +516,7 @@ def setitem(x: Tensor, key: Any, value: Any) -> None:
         new = _assign_mask(x, key, value) if _is_single_mask(x, key) else None
         if new is None:
             sel = _select(x, key)
-            fitted = _fits(value, sel.out_shape)
-            if type(fitted) is F.TracedScalar:  # (a kernel argument of a fill, which a capture replays)
-                fitted = F.full(sel.out_shape, fitted, x.dtype, x.device)
-            new = _scatter(x, sel, fitted)
+            new = _scatter(x, sel, _fits(value, sel.out_shape))
     if new is not None:
         _rebind(x, new)
 

@@ -184,23 +184,43 @@ INDEX_KEYS = [
 
 
 @pytest.mark.parametrize("key", INDEX_KEYS, ids=str)
-def test_a_scalar_assigned_through_index_arrays_is_the_scatter_s_argument(key, via):
+@pytest.mark.parametrize("passed", ["constant", "argument"])
+def test_a_scalar_assigned_through_index_arrays_is_the_scatter_s_argument(key, via, passed):
     """No tensor of the value is made first (a fill over the selection's shape was a launch
-    of its own): the scatter writes the scalar, a kernel argument, also in a capture."""
+    of its own): the scatter writes the scalar, a kernel argument, also in a capture,
+    where a scalar argument of the jitted call takes each call's value."""
     a = rand((6, 7), seed=11)
     x = _written(a)
 
-    def assign(x):
-        x[key] = -3.5  # (a constant of the function: no argument of the jitted call)
+    def assign(x, v):
+        x[key] = -3.5 if passed == "constant" else v
         return x * 1.0
 
     with clients.inspect() as rec:
-        got = via(assign)(x).numpy()
+        got = via(assign)(x, -3.5 if passed == "constant" else 4.25).numpy()
     want = a.copy()
-    want[key] = -3.5
+    want[key] = -3.5 if passed == "constant" else 4.25
     np.testing.assert_array_equal(got, want)
     assert len(_scatters(rec)) == 1
     assert not any("fill" in k.ops for k in rec.kernels)
+
+
+def test_a_jitted_scatter_takes_each_call_s_scalar():
+    @clients.jit
+    def put(x, idx, v):
+        x[idx] = v
+        return x + 0.0
+
+    a = rand((40,), seed=12)
+    idx = clients.asarray(np.array([1, 30, -2]))
+    for k, v in enumerate([1.5, -7.0, 1e30, float("nan")]):
+        x = _written(a)
+        before = clients.stats()
+        got = put(x, idx, v).numpy()
+        want = a.copy()
+        want[[1, 30, -2]] = np.float32(v)
+        np.testing.assert_array_equal(got, want)
+        assert clients.stats()["jit_replays"] - before["jit_replays"] == (k > 0)
 
 
 # Values a kernel argument must carry bit for bit: each dtype's ends, signed zeros, NaNs,
