@@ -375,10 +375,11 @@ def _gather(x: Tensor, sel: _Selection) -> Tensor:
 
 
 def _scatter(x: Tensor, sel: _Selection, value: Any) -> Tensor:
-    """x with `value` (a tensor of x's dtype and the selection's shape, or a scalar checked
-    against x's dtype: a kernel argument, MoveOp.fill, a jitted call's too) written into it, for
-    `setitem`, which rebinds x's handle to the result: x's old value dies with the
-    scatter, which may then write into its buffer (MoveOp.old_dies)."""
+    """x with `value` written into it, for `setitem`, which rebinds x's handle to the
+    result: x's old value dies with the scatter, which may then write into its buffer
+    (MoveOp.old_dies). `value` is a tensor of x's dtype and the selection's shape, or a
+    scalar checked against x's dtype (a jitted call's too): the kernel's argument
+    (MoveOp.fill)."""
     from ._array_api import _contiguous
 
     region = F.basic_layout(x.shape, contiguous_strides(x.shape), 0, sel.basic)

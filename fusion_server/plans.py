@@ -164,8 +164,8 @@ class BlockSigner:
             # Ops that run alone: what later ops see of them is their output. (A gather's
             # maps and region are not part of it: no fuser's decision looks at them.)
             out = op.out
-            extra = ((op.name, op.fill is None) if kind is MoveOp else op.axis if kind is ConcatOp else
-                     ("searchsorted", op.side) if kind is SearchOp else ("cumulative", op.name, op.acc))
+            extra = (op.name if kind is MoveOp else op.axis if kind is ConcatOp else ("searchsorted", op.side)
+                     if kind is SearchOp else ("cumulative", op.name, op.acc))
             name = "search" if kind is SearchOp else "scan" if kind is ScanOp else op.name
             sig = (name, extra, tuple(self._ref(t) for t in op.inputs), out.dtype, self.shape(out.shape))
         elif kind is SortOp:

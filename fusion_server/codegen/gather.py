@@ -141,7 +141,8 @@ def move_source(dtype: np.dtype, index_dtypes: tuple[np.dtype, ...], rank: int, 
     def step(o: int, at: str) -> str:  # (coordinate c along axis o, added to the offsets named with `at`)
         us = unit[:n_walk] if o == rank - 1 else (None,) * n_walk
         names = [(f"d{at}", f"ds{o}"), (f"s{at}", f"ss{o}")] + [(f"i{k}{at}", f"is{k}_{o}") for k in k_range]
-        return adds("c", ((t, st, u) for (t, st), u in zip(names, us) if not (fill and t[0] == "s")))
+        terms = [(t, st, u) for (t, st), u in zip(names, us)]
+        return adds("c", terms[:1] + terms[2:] if fill else terms)  # (a fill has no source offset)
 
     last = rank - 1
     split = rank if layout == "flat" else last  # (the axes whose coordinates come from g)

@@ -92,7 +92,7 @@ class MovePlan(LonePlan):
         layouts = [_layout(e) for e in ins]
         if fill is not None:  # (the value as a layout that stays at its one element)
             layouts.insert(1, (fill[1], 0, (0,) * len(fill[1])))
-        indices = ins[1 if fill is not None else 2 if scatter else 1:]
+        indices = ins[2:] if scatter and fill is None else ins[1:]  # (after the old value and the value tensor)
         walked = layouts[1][0] if scatter else op.out.shape  # a scatter walks its value, a gather its output
         n, args, units = gg.move_arguments(layouts, _layout(out), scatter=scatter,
                                           region_map=op.region_map, adv=op.adv, b_map=op.b_map, region=op.region)
