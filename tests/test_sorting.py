@@ -469,60 +469,79 @@ def lane_rows(n: int, dtype, seed: int) -> np.ndarray:
     return a
 
 
-@pytest.fixture
-def sorts_in_lanes(monkeypatch):
-    """The CPU devices' stages, with 16 lanes of 4-byte values (the lane sort's width):
-    forced on a GPU whose widths are narrower; a CPU driver that did not qualify them
-    sorts by radix instead (test_a_device_not_qualified_at_16_lanes_sorts_by_radix)."""
+@pytest.fixture(params=[lane_sort.LANES, lane_sort.NARROW_LANES], ids=lambda lanes: f"{lanes}lanes")
+def sorts_in_lanes(request, monkeypatch):
+    """The CPU devices' stages, with 4-byte values at each width of the lane sort (16 and
+    8 lanes; the lanes, the fixture's value): forced on a GPU whose widths are narrower
+    and on a CPU qualified at 16 (for 8); a CPU driver that did not qualify the width
+    sorts by radix instead (test_a_device_qualified_at_8_lanes_sorts_buckets_by_radix)."""
+    lanes = request.param
     widths = clients.client_for().server.widths
-    if widths.w4 < lane_sort.LANES and INFO.kind == "CPU":
-        pytest.skip(f"{INFO.label} did not qualify 16 lanes of 4-byte values ({widths})")
+    if widths.w4 < lanes and INFO.kind == "CPU":
+        pytest.skip(f"{INFO.label} did not qualify {lanes} lanes of 4-byte values ({widths})")
     monkeypatch.setattr(sort_plan, "first_stage_for", lambda kind: "runs")
-    if widths.w4 >= lane_sort.LANES:
-        yield
+    if widths.w4 == lanes:
+        yield lanes
         return
-    with server_settings(widths=widths._replace(w4=lane_sort.LANES)):
-        yield
+    with server_settings(widths=widths._replace(w4=lanes)):
+        yield lanes
 
 
 @pytest.mark.parametrize("descending", [False, True])
 @pytest.mark.parametrize("dtype", lane_sort.DTYPES, ids=lambda d: np.dtype(d).name)
 def test_the_lane_sort_of_many_short_rows(sorts_in_lanes, dtype, descending):
     """CPU devices sort rows of 4-byte values (values only) with one work-item each by a
-    bitonic network in 16-lane vectors (forced where the device is not a CPU): rows of one
-    vector or less, of a vector and a tail, of powers of two up to the widest, each padded
-    and bit-exact against numpy's stable sort, zeros and NaNs in their input order; one
-    kernel each, named for its width, and argsort keeps the radix sort."""
-    for n in (1, 2, 5, 15, 16, 17, 31, 32, 33, 100, 257, 1000, 1024, lane_sort.MAX_WIDTH - 3, lane_sort.MAX_WIDTH):
+    bitonic network in 16- or 8-lane vectors (forced where the device is not a CPU): rows
+    of one vector or less, of a vector and a tail, of powers of two up to the widest, each
+    padded and bit-exact against numpy's stable sort, zeros and NaNs in their input order;
+    one kernel each, named for its width and lanes, and argsort keeps the radix sort."""
+    lanes = sorts_in_lanes
+    for n in (1, 2, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 257, 1000, 1024, lane_sort.MAX_WIDTH - 3,
+              lane_sort.MAX_WIDTH):
         a = lane_rows(n, dtype, seed=n)
         with clients.inspect() as rec:
             check(clients.asarray(a), a, descending=descending)
-        lanes, radix = rec.kernels
-        assert lanes.name in (lane_sort.kernel_name(np.dtype(dtype), lane_sort.width_for(n)),
-                              f"sort_runs_{np.dtype(dtype).name}_v") and (lanes.fallback or "lanes" in lanes.name)
+        network, radix = rec.kernels
+        assert network.name in (lane_sort.kernel_name(np.dtype(dtype), lane_sort.width_for(n, lanes), lanes),
+                                f"sort_runs_{np.dtype(dtype).name}_v") and (network.fallback or "lanes" in network.name)
         assert radix.name == f"sort_runs_{np.dtype(dtype).name}_i"
     assert lane_sort.width_for(1) == lane_sort.width_for(16) == 16 and lane_sort.width_for(17) == 32
+    assert lane_sort.width_for(1, 8) == lane_sort.width_for(8, 8) == 8 and lane_sort.width_for(9, 8) == 16
+    assert lane_sort.kernel_name(np.dtype(np.int32), 64, 8) == "sort_lanes_int32_64_x8"
     assert sort_plan.by_lanes(np.dtype(np.float32), lane_sort.MAX_WIDTH, 16)
     assert not sort_plan.by_lanes(np.dtype(np.float32), lane_sort.MAX_WIDTH + 1, 16)
     assert not sort_plan.by_lanes(np.dtype(np.int64), 100, 16) and not sort_plan.by_lanes(np.dtype(np.uint8), 100, 16)
-    assert not sort_plan.by_lanes(np.dtype(np.float32), 100, 8)  # 4-byte values not qualified at 16 lanes
+    assert sort_plan.by_lanes(np.dtype(np.float32), 100, 8)  # 4-byte values qualified at 8 lanes
+    assert not sort_plan.by_lanes(np.dtype(np.float32), 100, 4)  # nor at 8: the radix sort
+    assert [lane_sort.lanes_for(w) for w in (32, 16, 8, 4, 1)] == [16, 16, 8, 0, 0]
 
 
-def test_a_device_not_qualified_at_16_lanes_sorts_by_radix(monkeypatch):
-    """Where 4-byte values did not qualify at 16 lanes (the PoCL that pip brings fails them
-    on AMD Zen 4, and its compiler aborts the process on the lane network), rows and the
-    buckets of one long row are radix-sorted; the values stay right."""
+@pytest.mark.parametrize("w4", [8, 4])
+def test_a_device_qualified_at_8_lanes_sorts_buckets_by_radix(monkeypatch, w4):
+    """Where 4-byte values qualified at 8 lanes, not 16 (the PoCL that pip brings, on AMD
+    Zen 4: its compiler aborts the process on the 16-lane network, and builds the bucket
+    stage in 8 lanes into a kernel that sorts wrong), rows are sorted in 8 lanes and the
+    buckets of one long row by radix; at 4 lanes, rows by radix too. The values stay
+    right."""
     monkeypatch.setattr(sort_plan, "first_stage_for", lambda kind: "runs")
     rows = lane_rows(300, np.float32, seed=4)
     row = data((1, 3 * RUN_SPLIT_MIN), np.float32, seed=5)
     widths = clients.client_for().server.widths
-    with server_settings(widths=VectorWidths(min(widths.w1, 8), min(widths.w2, 8), 8, min(widths.w8, 8))):
+    if INFO.kind == "CPU" and widths.w4 < w4:
+        pytest.skip(f"{INFO.label} did not qualify {w4} lanes of 4-byte values ({widths})")
+    narrow = VectorWidths(min(widths.w1, w4), min(widths.w2, w4), w4, min(widths.w8, w4))
+    with server_settings(widths=narrow):
         with clients.inspect() as rec:
             check(clients.asarray(rows), rows)
             check(clients.asarray(row), row)
-    names = [k.name for k in rec.kernels if k.name.startswith("sort_")]
-    assert names[0] == "sort_runs_float32_v" and "sort_buckets_float32_v" in names
-    assert not any("lanes" in name for name in names)
+    sorts = [k for k in rec.kernels if k.name.startswith("sort_")]
+    names = [k.name for k in sorts]
+    if w4 == 8:  # (a driver without the lane shuffles builds the radix sort: its fallback says so)
+        assert names[0] == "sort_lanes_float32_512_x8" or (names[0] == "sort_runs_float32_v" and sorts[0].fallback)
+    else:
+        assert names[0] == "sort_runs_float32_v"
+    assert "sort_buckets_float32_v" in names
+    assert not any("lanes" in name for name in names[1:])
     assert not sort_plan.buckets_in_lanes(np.dtype(np.float32), 1 << 16, 8)
 
 
@@ -542,7 +561,7 @@ def test_a_lane_sort_that_fails_to_build_runs_the_radix_sort(sorts_in_lanes, mon
     """A driver whose compiler lacks the lane shuffles: the build fails, the radix sort is
     built in its place and launched with its own arguments; the values stay right."""
     programs = client.server.runtime.programs
-    spec = SortSpec("sort", "lanes", np.dtype(np.uint32), True, False, 64)
+    spec = SortSpec("sort", "lanes", np.dtype(np.uint32), True, False, 64, sorts_in_lanes)
     monkeypatch.delitem(programs._kernels, spec, raising=False)  # built again in this test
     monkeypatch.setattr(programs, "fallbacks", dict(programs.fallbacks))
     a = lane_rows(50, np.uint32, seed=9)
@@ -555,5 +574,5 @@ def test_a_lane_sort_that_fails_to_build_runs_the_radix_sort(sorts_in_lanes, mon
     assert record.name == "sort_runs_uint32_v" and "no shuffles" in record.fallback
     # Buckets sorted in lanes fall back to radix-sorted buckets the same way.
     lanes_buckets = spec._replace(stage="buckets", width=sort_plan.LANE_BUCKET_WIDTH)
-    assert scalar_variant(lanes_buckets) == spec._replace(stage="buckets", width=0)
+    assert scalar_variant(lanes_buckets) == spec._replace(stage="buckets", width=0, lanes=lane_sort.LANES)
     assert scalar_variant(spec._replace(stage="scatter", width=0)) is None

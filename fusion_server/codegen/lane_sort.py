@@ -1,11 +1,13 @@
-"""OpenCL C for the CPU sort of many short rows: a bitonic network in 16-lane vectors.
+"""OpenCL C for the CPU sort of many short rows: a bitonic network in 16-lane vectors
+(8-lane where the device qualified no more for 4-byte values).
 
 One work-item sorts one row of up to a few thousand 4-byte values (`sort(x)` of ints,
 unsigned ints or floats, values only), with its keys (codegen/sort.py's order, as
-unsigned ints) in a private array of `uint16` vectors, the row padded to a power of two
-`width` with keys that sort last. First each vector's 16 lanes are sorted by compare-
-exchanges between lanes (a lane shuffle, a min and a max); then, for every merge size
-k = 32 .. width, pairs of vectors far apart are compare-exchanged in sweeps over the
+unsigned ints) in a private array of `uint16` vectors (L = 16 lanes; `uint8`, L = 8),
+the row padded to a power of two `width` with keys that sort last. First each vector's
+L lanes are sorted by compare-exchanges between lanes (a lane shuffle, a min and a
+max); then, for every merge size k = 2L .. width, pairs of vectors far apart are
+compare-exchanged in sweeps over the
 array, and the last steps (distances below GROUP vectors, then between lanes) run on
 GROUP vectors held in registers. Nothing is ordered by position: keys that tie stand
 for equal values, except zeros (+0.0 and -0.0) and NaNs, which a last pass over the row
@@ -21,6 +23,12 @@ a private array of 64 KiB no longer stays in L1, and the radix sort takes those 
 Lane shuffles are clang's `__builtin_shufflevector` (OpenCL's `shuffle()` and `select()`
 took 12 ms for rows of 1024 on that driver); a driver whose compiler lacks it builds
 the radix sort instead (`scalar_variant` in codegen/sort.py).
+
+In 8 lanes (PoCL 3.0 on a 2-core AMD Zen 4, whose LLVM builds for AVX2 and fails 16
+lanes of 4-byte ints), 2^20 float32 in rows of 1024, wall time of sort and wait, medians
+of 15 in alternation: 2.9 to 4.5 ms against the radix sort's 6.2 to 8.6 and numpy's 6.8
+to 7.1; rows of 16 1.7 (radix 11.5), of 4096 6.3 (radix 8.9, numpy 16.5). Only rows:
+that driver builds the bucket stage's network in 8 lanes wrong (fusers/sort.py).
 """
 
 from __future__ import annotations
@@ -29,84 +37,114 @@ import numpy as np
 
 from .. import dtypes as dt
 
-LANES = 16
+LANES = 16  # the widest network, for devices qualified at 16 lanes of 4-byte values
+NARROW_LANES = 8  # for devices qualified at 8 (AVX2 machines; PoCL 3.0 on AMD Zen 4)
 GROUP = 8  # vectors held in registers for the last steps of each merge (16 measured no faster)
-MIN_WIDTH = LANES
 MAX_WIDTH = 1 << 12
 DTYPES = (dt.float32, dt.int32, dt.uint32)
 
 _ONES, _ZERO = "0xFFFFFFFFu", "0u"
 
-# Each dtype's 16 values f to their keys x (order-preserving unsigned ints, before a
-# descending sort inverts them), and keys {k} back to values. Floats: -0.0 made +0.0;
+# Each dtype's values f (L lanes) to their keys x (order-preserving unsigned ints, before
+# a descending sort inverts them), and keys {k} back to values. Floats: -0.0 made +0.0;
 # NaNs are made the largest key after the inversion (in generate).
 _TO_KEYS = {
     dt.float32: """
-  uint16 x = f == (float16)0.0f ? (uint16)0u : as_uint16(f);
-  x ^= as_uint16(as_int16(x) >> 31) | (uint16)0x80000000u;""",
-    dt.int32: "\n  uint16 x = as_uint16(f) ^ (uint16)0x80000000u;",
-    dt.uint32: "\n  uint16 x = f;",
+  uint{L} x = f == (float{L})0.0f ? (uint{L})0u : as_uint{L}(f);
+  x ^= as_uint{L}(as_int{L}(x) >> 31) | (uint{L})0x80000000u;""",
+    dt.int32: "\n  uint{L} x = as_uint{L}(f) ^ (uint{L})0x80000000u;",
+    dt.uint32: "\n  uint{L} x = f;",
 }
 _FROM_KEYS = {
-    dt.float32: "as_float16({k} ^ (as_int16({k}) < 0 ? (uint16)0x80000000u : (uint16)0xFFFFFFFFu))",
-    dt.int32: "as_int16({k} ^ (uint16)0x80000000u)",
+    dt.float32: "as_float{L}({k} ^ (as_int{L}({k}) < 0 ? (uint{L})0x80000000u : (uint{L})0xFFFFFFFFu))",
+    dt.int32: "as_int{L}({k} ^ (uint{L})0x80000000u)",
     dt.uint32: "{k}",
 }
 
 
-def _perm(j: int) -> str:
-    return ", ".join(str(lane ^ j) for lane in range(LANES))
+def lanes_for(qualified: int) -> int:
+    """The network's lanes on a device qualified at `qualified` lanes of 4-byte values: 16
+    or 8 (0: none; the radix sort then)."""
+    return LANES if qualified >= LANES else NARROW_LANES if qualified >= NARROW_LANES else 0
 
 
-def _lanes(pick) -> str:
-    """A uint16 constant: all ones in the lanes where `pick(lane)`."""
-    return "(uint16)(" + ", ".join(_ONES if pick(lane) else _ZERO for lane in range(LANES)) + ")"
+def _to_keys(dtype: np.dtype, lanes: int) -> str:
+    return _TO_KEYS[dtype].replace("{L}", str(lanes))
 
 
-def _lane_step(var: str, j: int, lower: str) -> str:
+def _from_keys(dtype: np.dtype, lanes: int, k: str) -> str:
+    return _FROM_KEYS[dtype].replace("{L}", str(lanes)).format(k=k)
+
+
+def _lane_numbers(lanes: int) -> str:
+    """An int vector constant of the lane numbers, 0 .. lanes - 1."""
+    return f"(int{lanes})(" + ", ".join(map(str, range(lanes))) + ")"
+
+
+def _perm(j: int, lanes: int) -> str:
+    return ", ".join(str(lane ^ j) for lane in range(lanes))
+
+
+def _lanes(pick, lanes: int) -> str:
+    """A uint vector constant: all ones in the lanes where `pick(lane)`."""
+    return f"(uint{lanes})(" + ", ".join(_ONES if pick(lane) else _ZERO for lane in range(lanes)) + ")"
+
+
+def _lane_step(var: str, j: int, lower: str, lanes: int) -> str:
     """Compare-exchange lane l of `var` with lane l ^ j: the minimum where `lower` is all ones."""
-    return (f"{{ const uint16 o = __builtin_shufflevector({var}, {var}, {_perm(j)}); "
-            f"{var} = as_int16({lower}) < 0 ? MIN({var}, o) : MAX({var}, o); }}")
+    return (f"{{ const uint{lanes} o = __builtin_shufflevector({var}, {var}, {_perm(j, lanes)}); "
+            f"{var} = as_int{lanes}({lower}) < 0 ? MIN({var}, o) : MAX({var}, o); }}")
 
 
-def _sort_lanes() -> list[str]:
-    """Steps that sort x's 16 lanes ascending, or descending where d is all ones."""
+def _halves(lanes: int) -> list[int]:
+    """lanes / 2, lanes / 4, .. 1: the distances of a merge's steps between lanes."""
+    return [lanes >> s for s in range(1, lanes.bit_length())]
+
+
+def _sort_lanes(lanes: int) -> list[str]:
+    """Steps that sort x's lanes ascending, or descending where d is all ones."""
     steps = []
-    for k in (2, 4, 8):
+    k = 2
+    while k < lanes:
         j = k // 2
         while j:
-            steps.append(_lane_step("x", j, _lanes(lambda lane, j=j, k=k: ((lane & j) == 0) == ((lane & k) == 0))))
+            steps.append(_lane_step("x", j, _lanes(lambda lane, j=j, k=k: ((lane & j) == 0) == ((lane & k) == 0),
+                                                   lanes), lanes))
             j //= 2
-    steps += [_lane_step("x", j, f"{_lanes(lambda lane, j=j: (lane & j) == 0)} ^ d") for j in (8, 4, 2, 1)]
+        k *= 2
+    steps += [_lane_step("x", j, f"{_lanes(lambda lane, j=j: (lane & j) == 0, lanes)} ^ d", lanes)
+              for j in _halves(lanes)]
     return steps
 
 
-def _group_steps(group: int) -> list[str]:
+def _group_steps(group: int, lanes: int) -> list[str]:
     """The last steps of merge size k on vectors g0.. g{group-1} (directions d0..): those
-    between vectors (distance J vectors, J < group, while J <= k / 32), then between lanes."""
+    between vectors (distance J vectors, J < group, while J <= k / (2 lanes)), then
+    between lanes."""
     steps = []
     far = group // 2
     while far:
-        steps.append(f"if ({far} <= k / {2 * LANES}) {{")
+        steps.append(f"if ({far} <= k / {2 * lanes}) {{")
         for i in range(group):
             if i & far == 0:
                 a, b = f"g{i}", f"g{i + far}"
-                steps.append(f"  {{ const uint16 lo = MIN({a}, {b}), hi = MAX({a}, {b}); "
-                             f"{a} = as_int16(d{i}) < 0 ? hi : lo; {b} = as_int16(d{i}) < 0 ? lo : hi; }}")
+                steps.append(f"  {{ const uint{lanes} lo = MIN({a}, {b}), hi = MAX({a}, {b}); "
+                             f"{a} = as_int{lanes}(d{i}) < 0 ? hi : lo; {b} = as_int{lanes}(d{i}) < 0 ? lo : hi; }}")
         steps.append("}")
         far //= 2
     for i in range(group):
-        steps += [_lane_step(f"g{i}", j, f"{_lanes(lambda lane, j=j: (lane & j) == 0)} ^ d{i}") for j in (8, 4, 2, 1)]
+        steps += [_lane_step(f"g{i}", j, f"{_lanes(lambda lane, j=j: (lane & j) == 0, lanes)} ^ d{i}", lanes)
+                  for j in _halves(lanes)]
     return steps
 
 
-def kernel_name(dtype: np.dtype, width: int) -> str:
-    return f"sort_lanes_{dtype.name}_{width}"
+def kernel_name(dtype: np.dtype, width: int, lanes: int = LANES) -> str:
+    return f"sort_lanes_{dtype.name}_{width}" + ("" if lanes == LANES else f"_x{lanes}")
 
 
-def width_for(n: int) -> int:
-    """The padded row of the kernel that sorts rows of `n`: a power of two, at least MIN_WIDTH."""
-    return max(MIN_WIDTH, 1 << max(n - 1, 0).bit_length())
+def width_for(n: int, lanes: int = LANES) -> int:
+    """The padded row of the kernel that sorts rows of `n`: a power of two, at least a vector."""
+    return max(lanes, 1 << max(n - 1, 0).bit_length())
 
 
 def supports(dtype: np.dtype, n: int) -> bool:
@@ -114,81 +152,83 @@ def supports(dtype: np.dtype, n: int) -> bool:
     return dtype in DTYPES and 0 < n <= MAX_WIDTH
 
 
-def network(dtype: np.dtype, group: int) -> str:
-    """OpenCL C of the network's functions for values of `dtype` (T, defined before): `put`
-    (a vector of values to a row), `sort_lanes` (a vector's lanes) and `merge_vectors`
-    (the merges of vectors already sorted in their lanes, the last one writing values; the
-    vectors a power of two, at least `group`)."""
+def network(dtype: np.dtype, group: int, lanes: int = LANES) -> str:
+    """OpenCL C of the network's functions for values of `dtype` (T, defined before) in
+    vectors of `lanes`: `put` (a vector of values to a row), `sort_lanes` (a vector's
+    lanes) and `merge_vectors` (the merges of vectors already sorted in their lanes, the
+    last one writing values; the vectors a power of two, at least `group`)."""
     ind = "\n      "
-    values = {i: _FROM_KEYS[dtype].format(k=f"(g{i} ^ invert)") for i in range(group)}
+    L = lanes
+    values = {i: _from_keys(dtype, L, f"(g{i} ^ invert)") for i in range(group)}
     return f"""
-typedef {dt.CL_NAME[dtype]}16 T16;
+typedef {dt.CL_NAME[dtype]}{L} T{L};
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) < (b) ? (b) : (a))
 
 /* Values v to vector vi of a row of n: the lanes within it. */
-void put(const T16 v, const int vi, const int n, __global T *dst)
+void put(const T{L} v, const int vi, const int n, __global T *dst)
 {{
-  if ((vi + 1) * 16 <= n) {{
-    vstore16(v, vi, dst);
-  }} else if (vi * 16 < n) {{
-    T lane[16];
-    vstore16(v, 0, lane);
-    for (int l = 0; vi * 16 + l < n; ++l) dst[vi * 16 + l] = lane[l];
+  if ((vi + 1) * {L} <= n) {{
+    vstore{L}(v, vi, dst);
+  }} else if (vi * {L} < n) {{
+    T lane[{L}];
+    vstore{L}(v, 0, lane);
+    for (int l = 0; vi * {L} + l < n; ++l) dst[vi * {L} + l] = lane[l];
   }}
 }}
 
 /* x's lanes sorted: ascending, or descending where d is all ones. */
-uint16 sort_lanes(uint16 x, const uint16 d)
+uint{L} sort_lanes(uint{L} x, const uint{L} d)
 {{
-  {(chr(10) + '  ').join(_sort_lanes())}
+  {(chr(10) + '  ').join(_sort_lanes(L))}
   return x;
 }}
 
-/* Bitonic merges of runs of k keys, k = 32 .. 16 * vectors, over v (each vector sorted,
+/* Bitonic merges of runs of k keys, k = {2 * L} .. {L} * vectors, over v (each vector sorted,
    ascending in even vectors and descending in odd); the last writes the first n values
    of the keys (inverted back by `invert`) to dst. */
-void merge_vectors(uint16 *v, const int vectors, const uint16 invert, const int n, __global T *dst)
+void merge_vectors(uint{L} *v, const int vectors, const uint{L} invert, const int n, __global T *dst)
 {{
-  const uint16 ones = (uint16){_ONES};
-  for (int k = {2 * LANES}; k <= vectors * 16; k <<= 1) {{
-    for (int far = k / {2 * LANES}; far >= {group}; far >>= 1) {{
+  const uint{L} ones = (uint{L}){_ONES};
+  for (int k = {2 * L}; k <= vectors * {L}; k <<= 1) {{
+    for (int far = k / {2 * L}; far >= {group}; far >>= 1) {{
       for (int vi = 0; vi < vectors; ++vi) {{
         if (vi & far) continue;
-        const uint16 a = v[vi], b = v[vi + far];
-        const uint16 lo = MIN(a, b), hi = MAX(a, b);
-        const int up = ((vi * 16) & k) == 0;
+        const uint{L} a = v[vi], b = v[vi + far];
+        const uint{L} lo = MIN(a, b), hi = MAX(a, b);
+        const int up = ((vi * {L}) & k) == 0;
         v[vi] = up ? lo : hi;
         v[vi + far] = up ? hi : lo;
       }}
     }}
     for (int v0 = 0; v0 < vectors; v0 += {group}) {{
-      {ind.join(f"uint16 g{i} = v[v0 + {i}];" for i in range(group))}
-      {ind.join(f"const uint16 d{i} = ((v0 + {i}) * 16 & k) ? ones : ~ones;" for i in range(group))}
-      {ind.join(_group_steps(group))}
-      if (k < vectors * 16) {{
+      {ind.join(f"uint{L} g{i} = v[v0 + {i}];" for i in range(group))}
+      {ind.join(f"const uint{L} d{i} = ((v0 + {i}) * {L} & k) ? ones : ~ones;" for i in range(group))}
+      {ind.join(_group_steps(group, L))}
+      if (k < vectors * {L}) {{
         {(ind + '  ').join(f"v[v0 + {i}] = g{i};" for i in range(group))}
-      }} else if ((v0 + {group}) * 16 <= n) {{
-        {(ind + '  ').join(f"vstore16({values[i]}, v0 + {i}, dst);" for i in range(group))}
+      }} else if ((v0 + {group}) * {L} <= n) {{
+        {(ind + '  ').join(f"vstore{L}({values[i]}, v0 + {i}, dst);" for i in range(group))}
       }} else {{
         {(ind + '  ').join(f"put({values[i]}, v0 + {i}, n, dst);" for i in range(group))}
       }}
     }}
   }}
-  if (vectors == 1) put({_FROM_KEYS[dtype].format(k='(v[0] ^ invert)')}, 0, n, dst);
+  if (vectors == 1) put({_from_keys(dtype, L, '(v[0] ^ invert)')}, 0, n, dst);
 }}
 """
 
 
-def generate(dtype: np.dtype, width: int, name: str, parameters: str) -> str:
-    """The kernel `name(parameters)` sorting rows of `dtype` padded to `width` (parameters:
-    in, in_off, rows, n, desc, values; see codegen/sort.py)."""
-    vectors = width // LANES
+def generate(dtype: np.dtype, width: int, name: str, parameters: str, lanes: int = LANES) -> str:
+    """The kernel `name(parameters)` sorting rows of `dtype` padded to `width` in vectors
+    of `lanes` (parameters: in, in_off, rows, n, desc, values; see codegen/sort.py)."""
+    L = lanes
+    vectors = width // L
     if dt.is_float(dtype):  # NaNs last both ways; any zero or NaN makes the last pass run
-        special = """
-  const int16 nan = isnan(f);
-  x = nan ? (uint16)0xFFFFFFFFu : x;
-  *special |= (nan | (f == (T16)0)) & ~as_int16(pad);"""
+        special = f"""
+  const int{L} nan = isnan(f);
+  x = nan ? (uint{L})0xFFFFFFFFu : x;
+  *special |= (nan | (f == (T{L})0)) & ~as_int{L}(pad);"""
         fix_up = """
   if (any(special)) {  /* numpy keeps each zero's and NaN's bits, in input order */
     int zeros = 0, nans = 0, below = 0;  /* below: the values that sort before the zeros */
@@ -209,11 +249,11 @@ def generate(dtype: np.dtype, width: int, name: str, parameters: str) -> str:
         special = fix_up = ""
     return f"""
 typedef {dt.CL_NAME[dtype]} T;
-{network(dtype, min(GROUP, vectors))}
+{network(dtype, min(GROUP, vectors), L)}
 /* The keys of f (lanes where `pad` is all ones: after every key), their lanes sorted:
    ascending, or descending where d is all ones. */
-uint16 sorted_keys(const T16 f, const uint16 invert, const uint16 pad, const uint16 d, int16 *special)
-{{{_TO_KEYS[dtype]}
+uint{L} sorted_keys(const T{L} f, const uint{L} invert, const uint{L} pad, const uint{L} d, int{L} *special)
+{{{_to_keys(dtype, L)}
   x = (x ^ invert) | pad;{special}
   return sort_lanes(x, d);
 }}
@@ -224,25 +264,25 @@ __kernel void {name}({parameters})
   if (row >= rows) return;
   __global const T *src = in + in_off + row * n;
   __global T *dst = values + row * n;
-  const uint16 invert = desc ? (uint16){_ONES} : (uint16){_ZERO}, ones = (uint16){_ONES};
-  int16 special = (int16)0;
-  uint16 v[{vectors}];
+  const uint{L} invert = desc ? (uint{L}){_ONES} : (uint{L}){_ZERO}, ones = (uint{L}){_ONES};
+  int{L} special = (int{L})0;
+  uint{L} v[{vectors}];
   /* Each vector's keys, its lanes sorted: ascending in even vectors, descending in odd. */
-  const int whole = n / 16;
+  const int whole = n / {L};
   for (int vi = 0; vi < whole; ++vi)
-    v[vi] = sorted_keys(vload16(vi, src), invert, ~ones, (vi & 1) ? ones : ~ones, &special);
+    v[vi] = sorted_keys(vload{L}(vi, src), invert, ~ones, (vi & 1) ? ones : ~ones, &special);
   for (int vi = whole; vi < {vectors}; ++vi) v[vi] = ones;
-  const int left = n - whole * 16;
+  const int left = n - whole * {L};
   if (left) {{  /* the last lanes: read as a whole vector where the array goes on after them */
-    T16 f;
-    if ((row + 1) * n + 16 - left <= (long)rows * n) {{
-      f = vload16(whole, src);
+    T{L} f;
+    if ((row + 1) * n + {L} - left <= (long)rows * n) {{
+      f = vload{L}(whole, src);
     }} else {{
-      T lane[16];
-      for (int l = 0; l < 16; ++l) lane[l] = l < left ? src[whole * 16 + l] : (T)1;
-      f = vload16(0, lane);
+      T lane[{L}];
+      for (int l = 0; l < {L}; ++l) lane[l] = l < left ? src[whole * {L} + l] : (T)1;
+      f = vload{L}(0, lane);
     }}
-    const uint16 pad = as_uint16((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15) >= left);
+    const uint{L} pad = as_uint{L}({_lane_numbers(L)} >= left);
     v[whole] = sorted_keys(f, invert, pad, (whole & 1) ? ones : ~ones, &special);
   }}
   merge_vectors(v, {vectors}, invert, n, dst);{fix_up}
@@ -250,16 +290,18 @@ __kernel void {name}({parameters})
 """
 
 
-def bucket_function(dtype: np.dtype, width: int) -> str:
+def bucket_function(dtype: np.dtype, width: int, lanes: int = LANES) -> str:
     """OpenCL C of `sort_bucket_in_lanes`, for the bucket sort's last stage (codegen/sort.py,
     T and KEY_MAX defined before): a bucket of `len` packed words (key << 32 | position in
     the row, keys already inverted for a descending sort, in the row's order) sorted by
-    the network into `dst`, its values made from the keys, zeros and NaNs read from
-    `row_in` in the bucket's order; 0 (nothing done) for a bucket longer than `width`."""
+    the network in vectors of `lanes` into `dst`, its values made from the keys, zeros
+    and NaNs read from `row_in` in the bucket's order; 0 (nothing done) for a bucket
+    longer than `width`."""
+    L = lanes
     if dt.is_float(dtype):
         special = "\n      special |= (x == zero_key) | (x == ones);"
-        special_tail = ("\n      special |= ((x == zero_key) | (x == ones)) & "
-                        "((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15) < len - vi * 16);")
+        special_tail = (f"\n      special |= ((x == zero_key) | (x == ones)) & "
+                        f"({_lane_numbers(L)} < len - vi * {L});")
         fix_up = """
   if (any(special)) {  /* numpy keeps each zero's and NaN's bits, in the row's order */
     int zeros = 0, nans = 0, below = 0;
@@ -278,25 +320,25 @@ def bucket_function(dtype: np.dtype, width: int) -> str:
   }"""
     else:
         special = special_tail = fix_up = ""
-    return f"""{network(dtype, GROUP)}
+    return f"""{network(dtype, GROUP, L)}
 int sort_bucket_in_lanes(__global const ulong *w, const int len, const int desc, __global const T *row_in,
                          __global T *dst)
 {{
   if (len > {width}) return 0;
-  const uint16 invert = desc ? (uint16){_ONES} : (uint16){_ZERO}, ones = (uint16){_ONES};
-  const uint16 zero_key = (uint16)0x80000000u ^ invert;
-  int16 special = (int16)0;
+  const uint{L} invert = desc ? (uint{L}){_ONES} : (uint{L}){_ZERO}, ones = (uint{L}){_ONES};
+  const uint{L} zero_key = (uint{L})0x80000000u ^ invert;
+  int{L} special = (int{L})0;
   int vectors = {GROUP};
-  while (vectors * 16 < len) vectors <<= 1;
-  uint16 v[{width // LANES}];
+  while (vectors * {L} < len) vectors <<= 1;
+  uint{L} v[{width // L}];
   for (int vi = 0; vi < vectors; ++vi) {{
-    uint16 x = ones;
-    if ((vi + 1) * 16 <= len) {{
-      x = convert_uint16(vload16(vi, w) >> (ulong16)32);{special}
-    }} else if (vi * 16 < len) {{
-      uint lane[16];
-      for (int l = 0; l < 16; ++l) lane[l] = vi * 16 + l < len ? (uint)(w[vi * 16 + l] >> 32) : KEY_MAX;
-      x = vload16(0, lane);{special_tail}
+    uint{L} x = ones;
+    if ((vi + 1) * {L} <= len) {{
+      x = convert_uint{L}(vload{L}(vi, w) >> (ulong{L})32);{special}
+    }} else if (vi * {L} < len) {{
+      uint lane[{L}];
+      for (int l = 0; l < {L}; ++l) lane[l] = vi * {L} + l < len ? (uint)(w[vi * {L} + l] >> 32) : KEY_MAX;
+      x = vload{L}(0, lane);{special_tail}
     }}
     v[vi] = sort_lanes(x, (vi & 1) ? ones : ~ones);
   }}

@@ -17,7 +17,8 @@ position, so the order is total: any sorting network gives the stable result.
   floats took 127 ms that way, 3.6x numpy's time, and a sort per work-item needs no
   barrier at all.
 - `lanes` (CPU devices, in place of `runs` for the values of rows of up to 4096 4-byte
-  ints or floats): a bitonic network in 16-lane vectors, a work-item per row, in
+  ints or floats): a bitonic network in 16-lane vectors (8 where the device qualified no
+  more), a work-item per row, in
   `codegen/lane_sort.py` (2^20 floats in rows of 1024: 6.4 ms by `runs`, about 1.5 by
   lanes, numpy 2.0; rows of 16: 8.7 ms, 0.6 by lanes, numpy 2.0).
 - `histogram`, `plan`, `scatter`, `buckets` (CPU devices, in place of `runs` for fewer
@@ -65,6 +66,7 @@ class SortSpec(NamedTuple):
     values: bool  # the final pass writes the sorted values
     indices: bool  # the final pass writes the positions (int64)
     width: int = 0  # "lanes": the padded row; "buckets": the longest bucket sorted in lanes (codegen/lane_sort.py)
+    lanes: int = lane_sort.LANES  # the network's vectors, where `width` is set: 16 or 8 lanes
 
 
 _KEYS = {
@@ -125,15 +127,16 @@ def scalar_variant(spec: SortSpec) -> SortSpec | None:
     radix sort for the lane sort, the radix-sorted buckets for buckets in lanes; other
     stages have no fallback."""
     if spec.stage == "lanes":
-        return spec._replace(stage="runs", width=0)
-    return spec._replace(width=0) if spec.width else None
+        return spec._replace(stage="runs", width=0, lanes=lane_sort.LANES)
+    return spec._replace(width=0, lanes=lane_sort.LANES) if spec.width else None
 
 
 def kernel_name(spec: SortSpec) -> str:
     if spec.stage == "lanes":
-        return lane_sort.kernel_name(spec.dtype, spec.width)
+        return lane_sort.kernel_name(spec.dtype, spec.width, spec.lanes)
     outs = ("v" if spec.values else "") + ("i" if spec.indices else "")
-    lanes = f"_lanes{spec.width}" if spec.width else ""
+    narrow = "" if spec.lanes == lane_sort.LANES else f"_x{spec.lanes}"
+    lanes = f"_lanes{spec.width}{narrow}" if spec.width else ""
     return f"sort_{spec.stage}_{spec.dtype.name}_{outs}{lanes}"
 
 
@@ -622,7 +625,7 @@ def generate(spec: SortSpec) -> tuple[str, str]:
     """OpenCL C source of `spec`'s kernel and the kernel's name."""
     name = kernel_name(spec)
     if spec.stage == "lanes":
-        return lane_sort.generate(spec.dtype, spec.width, name, sig.declare(parameters(spec))), name
+        return lane_sort.generate(spec.dtype, spec.width, name, sig.declare(parameters(spec)), spec.lanes), name
     key, body = _KEYS[spec.dtype]
     t = dt.CL_NAME[spec.dtype]
     src = dt.fp64_pragma((spec.dtype,))
@@ -644,7 +647,7 @@ def generate(spec: SortSpec) -> tuple[str, str]:
         f"#define LANE_WIDTH {spec.width}",
         f"KEY raw_key(const T v)\n{{{body}\n}}",
         _COMMON.replace("VALUE_BODY", "\n    " + _VALUES[spec.dtype]),
-        lane_sort.bucket_function(spec.dtype, spec.width) if spec.width else "",
+        lane_sort.bucket_function(spec.dtype, spec.width, spec.lanes) if spec.width else "",
         {"tiles": _TILES, "runs": _RUNS, "merge": _MERGE, "histogram": _HISTOGRAM, "plan": _PLAN,
          "scatter": _SCATTER, "buckets": _BUCKETS}[spec.stage].replace("NAME", name).replace(
             "PARAMETERS", sig.declare(parameters(spec))),

@@ -101,17 +101,20 @@ def by_lanes(dtype: np.dtype, n: int, lanes: int) -> bool:
     row) are sorted by the vector bitonic network (codegen/lane_sort.py) rather than the
     radix sort: faster for every length measured, 1 to 4096, on PoCL 3.0 on a 2-core
     Intel Xeon. Only where the device qualified `lanes` (its width for 4-byte values) at
-    the network's 16: the PoCL that pip brings, on AMD Zen 4, fails 16 lanes of 4-byte
-    ints in qualification, and its compiler spun for minutes on the network (and aborted
-    the process on one long row's)."""
-    return lanes >= lane_sort.LANES and lane_sort.supports(dtype, n)
+    one of the network's widths, 16 or 8: the PoCL that pip brings, on AMD Zen 4, fails
+    16 lanes of 4-byte ints in qualification (its compiler spun for minutes on the
+    16-lane network, and aborted the process on one long row's), and sorts in 8."""
+    return lane_sort.lanes_for(lanes) > 0 and lane_sort.supports(dtype, n)
 
 
 def buckets_in_lanes(dtype: np.dtype, n: int, lanes: int) -> bool:
     """CPU devices: whether the buckets of a bucket sort of rows of `n` (values only) are
     sorted by the vector bitonic network: 4-byte ints or floats, rows short enough for
-    buckets of about LANE_BUCKET keys, on a device qualified at 16 `lanes` (see
-    `by_lanes`)."""
+    buckets of about LANE_BUCKET keys, on a device qualified at 16 `lanes`. Not in 8:
+    PoCL 3.0 on AMD Zen 4 (qualified at 8) built the bucket stage in 8 lanes into a
+    kernel that sorted almost nothing right, or that it could not create, where Intel's
+    CPU runtime sorted right in 8 lanes too; the rows' network in 8 lanes, which the
+    qualification's sort canary checks, sorted right on both."""
     return lanes >= lane_sort.LANES and dtype in lane_sort.DTYPES and n <= sg.MAX_BUCKETS * LANE_BUCKET
 
 
@@ -144,19 +147,22 @@ class SortPlan(LonePlan):
         values = op.name == "sort"
         dtype = src.ir.dtype
         widths = {}  # the stages that sort in vector lanes: their widths
+        network_lanes = lane_sort.LANES
         if first_stage_for(ctx.info.kind) == "runs":
             by_rows = not (rows and by_buckets(n, rows, ctx.info.compute_units))
             stages = ("runs",) if by_rows else ("histogram", "plan", "scatter", "buckets")
             lanes = ctx.widths.of_size(4)
+            network_lanes = lane_sort.lanes_for(lanes) or lane_sort.LANES
             if by_rows and values and by_lanes(dtype, n, lanes):
-                stages, widths = ("lanes",), {"lanes": lane_sort.width_for(n)}
+                stages, widths = ("lanes",), {"lanes": lane_sort.width_for(n, network_lanes)}
             elif not by_rows and values and buckets_in_lanes(dtype, n, lanes):
                 widths = {"buckets": LANE_BUCKET_WIDTH}
         else:
             stages = ("tiles", "merge")
         # All built before anything changes (NeedsCompile); a kernel sorting in lanes may
         # come back as its radix form (its build's fallback), launched as such.
-        built = [ctx.built_for(sg.SortSpec("sort", stage, dtype, values, not values, widths.get(stage, 0)))
+        built = [ctx.built_for(sg.SortSpec("sort", stage, dtype, values, not values, widths.get(stage, 0),
+                                           network_lanes if stage in widths else lane_sort.LANES))
                  for stage in stages]
         specs, kernels = [b.spec for b in built], [b.kernel for b in built]
         for e in outs:
