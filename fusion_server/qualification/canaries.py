@@ -410,7 +410,7 @@ def vector_canaries(size: int, fp64: bool) -> list[Canary]:
             out.append(Canary("reduce-max", d, lambda ops, x, y: {"max": ops.reduce("max", x, 1)}, _rows(True),
                               loop, touched))
             out.append(Canary("matmul-rows", d, _matmul_body, _matrices, (("matmul_strategy", "rows"),), touched))
-        if d == dt.float32:  # a CPU sorts short rows of 4-byte values in 16 lanes (codegen/lane_sort.py)
+        if d == dt.float32:  # a CPU sorts short rows of 4-byte values in 16 or 8 lanes (codegen/lane_sort.py)
             out.append(Canary("sort-lanes", d, lambda ops, x: {"up": ops.sort(x), "down": ops.sort(x, descending=True)},
                               lambda d: [_data(d, (50, 40), 16, nan=True)], (), touched))
     return out
