@@ -290,14 +290,14 @@ __kernel void {name}({parameters})
 """
 
 
-def bucket_function(dtype: np.dtype, width: int, lanes: int = LANES) -> str:
+def bucket_function(dtype: np.dtype, width: int) -> str:
     """OpenCL C of `sort_bucket_in_lanes`, for the bucket sort's last stage (codegen/sort.py,
     T and KEY_MAX defined before): a bucket of `len` packed words (key << 32 | position in
     the row, keys already inverted for a descending sort, in the row's order) sorted by
-    the network in vectors of `lanes` into `dst`, its values made from the keys, zeros
-    and NaNs read from `row_in` in the bucket's order; 0 (nothing done) for a bucket
-    longer than `width`."""
-    L = lanes
+    the network in 16-lane vectors into `dst` (not in 8: fusers/sort.buckets_in_lanes),
+    its values made from the keys, zeros and NaNs read from `row_in` in the bucket's
+    order; 0 (nothing done) for a bucket longer than `width`."""
+    L = LANES
     if dt.is_float(dtype):
         special = "\n      special |= (x == zero_key) | (x == ones);"
         special_tail = (f"\n      special |= ((x == zero_key) | (x == ones)) & "

@@ -66,7 +66,7 @@ class SortSpec(NamedTuple):
     values: bool  # the final pass writes the sorted values
     indices: bool  # the final pass writes the positions (int64)
     width: int = 0  # "lanes": the padded row; "buckets": the longest bucket sorted in lanes (codegen/lane_sort.py)
-    lanes: int = lane_sort.LANES  # the network's vectors, where `width` is set: 16 or 8 lanes
+    lanes: int = lane_sort.LANES  # "lanes": the network's vectors, 16 or 8 lanes (buckets: always 16)
 
 
 _KEYS = {
@@ -135,8 +135,7 @@ def kernel_name(spec: SortSpec) -> str:
     if spec.stage == "lanes":
         return lane_sort.kernel_name(spec.dtype, spec.width, spec.lanes)
     outs = ("v" if spec.values else "") + ("i" if spec.indices else "")
-    narrow = "" if spec.lanes == lane_sort.LANES else f"_x{spec.lanes}"
-    lanes = f"_lanes{spec.width}{narrow}" if spec.width else ""
+    lanes = f"_lanes{spec.width}" if spec.width else ""
     return f"sort_{spec.stage}_{spec.dtype.name}_{outs}{lanes}"
 
 
@@ -647,7 +646,7 @@ def generate(spec: SortSpec) -> tuple[str, str]:
         f"#define LANE_WIDTH {spec.width}",
         f"KEY raw_key(const T v)\n{{{body}\n}}",
         _COMMON.replace("VALUE_BODY", "\n    " + _VALUES[spec.dtype]),
-        lane_sort.bucket_function(spec.dtype, spec.width, spec.lanes) if spec.width else "",
+        lane_sort.bucket_function(spec.dtype, spec.width) if spec.width else "",
         {"tiles": _TILES, "runs": _RUNS, "merge": _MERGE, "histogram": _HISTOGRAM, "plan": _PLAN,
          "scatter": _SCATTER, "buckets": _BUCKETS}[spec.stage].replace("NAME", name).replace(
             "PARAMETERS", sig.declare(parameters(spec))),

@@ -147,22 +147,21 @@ class SortPlan(LonePlan):
         values = op.name == "sort"
         dtype = src.ir.dtype
         widths = {}  # the stages that sort in vector lanes: their widths
-        network_lanes = lane_sort.LANES
+        network = lane_sort.LANES  # the "lanes" stage's vectors (the only stage when it runs)
         if first_stage_for(ctx.info.kind) == "runs":
             by_rows = not (rows and by_buckets(n, rows, ctx.info.compute_units))
             stages = ("runs",) if by_rows else ("histogram", "plan", "scatter", "buckets")
             lanes = ctx.widths.of_size(4)
-            network_lanes = lane_sort.lanes_for(lanes) or lane_sort.LANES
             if by_rows and values and by_lanes(dtype, n, lanes):
-                stages, widths = ("lanes",), {"lanes": lane_sort.width_for(n, network_lanes)}
+                network = lane_sort.lanes_for(lanes)
+                stages, widths = ("lanes",), {"lanes": lane_sort.width_for(n, network)}
             elif not by_rows and values and buckets_in_lanes(dtype, n, lanes):
                 widths = {"buckets": LANE_BUCKET_WIDTH}
         else:
             stages = ("tiles", "merge")
         # All built before anything changes (NeedsCompile); a kernel sorting in lanes may
         # come back as its radix form (its build's fallback), launched as such.
-        built = [ctx.built_for(sg.SortSpec("sort", stage, dtype, values, not values, widths.get(stage, 0),
-                                           network_lanes if stage in widths else lane_sort.LANES))
+        built = [ctx.built_for(sg.SortSpec("sort", stage, dtype, values, not values, widths.get(stage, 0), network))
                  for stage in stages]
         specs, kernels = [b.spec for b in built], [b.kernel for b in built]
         for e in outs:
