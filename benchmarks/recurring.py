@@ -5,13 +5,16 @@
   plan hits (blocks replayed from the plan store).
 - Threads: every thread records its own chain of ops; register latency (p50, p99) and
   total throughput with 1 thread and with 8, for each channel (the inbox, the default,
-  and the lock per op), alternated in one process.
+  and the lock per op), and the inbox with the cyclic collector left alone (its first
+  threshold otherwise raised while several threads record: clients/_collector.py),
+  alternated in one process; with the collector's time per op (its callbacks' clock).
 
     python -m benchmarks.recurring [--repeat N]
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import threading
 import time
@@ -19,6 +22,7 @@ import time
 import numpy as np
 
 import clients
+from clients._collector import tuning
 
 from . import common
 
@@ -79,16 +83,38 @@ def _register_worker(n_ops: int, barrier: threading.Barrier, latencies: list, sp
     latencies.extend(local)
 
 
+class _CollectorClock:
+    """Seconds the cyclic collector ran while it is installed (its callbacks' clock)."""
+
+    def __init__(self) -> None:
+        self.seconds, self._start = 0.0, 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._start
+
+    def __enter__(self) -> _CollectorClock:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self)
+
+
 def threads_registering(threads: int, n_ops: int = 3000) -> dict:
     latencies: list[float] = []
     spans: list[tuple[float, float]] = []
     barrier = threading.Barrier(threads)
     workers = [threading.Thread(target=_register_worker, args=(n_ops, barrier, latencies, spans, i))
                for i in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    clients.sync()  # (threads that ended before have their queues gone: the collector's setting follows)
+    with _CollectorClock() as collector:
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
     # From the first worker's first op to the last one's read: a clock read by the main
     # thread after the barrier would start late, as the main thread waits for the GIL
     # while the workers record (up to a switch interval, 5 ms: as long as one thread's run).
@@ -99,35 +125,40 @@ def threads_registering(threads: int, n_ops: int = 3000) -> dict:
         "ops_per_s": threads * n_ops / wall,
         "p50_us": float(np.percentile(lat, 50) * 1e6),
         "p99_us": float(np.percentile(lat, 99) * 1e6),
+        "collector_us_per_op": collector.seconds / (threads * n_ops) * 1e6,
     }
+
+
+# (channel, collector threshold while several threads record: None for the setting's)
+VARIANTS = {"inbox": ("inbox", None), "lock": ("lock", None), "inbox, collector left alone": ("inbox", 0)}
 
 
 def run(size: str = "large", repeat: int = 3) -> dict:
     graph = recurring_graph()  # first: its first iteration builds the kernels
     client = clients.client_for()
-    default = client.channel
+    default, raised = client.channel, tuning.threshold
     rows: dict = {}
     threads_registering(1)  # (untimed: it builds the chain's kernels, 90 ms in the first sample)
     try:
         for _ in range(max(1, repeat)):
-            for channel in ("inbox", "lock"):
+            for name, (channel, threshold) in VARIANTS.items():
                 client.channel = channel
+                tuning.retune(raised if threshold is None else threshold)
                 for n in (1, 8):
-                    rows.setdefault((channel, n), []).append(threads_registering(n))
+                    rows.setdefault((name, n), []).append(threads_registering(n))
     finally:
         client.channel = default
+        tuning.retune(raised)
 
     def med(samples, key):
         return statistics.median(r[key] for r in samples)
 
-    channels = {
-        channel: {str(n): {k: med(rows[(channel, n)], k) for k in ("ops_per_s", "p50_us", "p99_us")}
-                  for n in (1, 8)}
-        for channel in ("inbox", "lock")
-    }
+    keys = ("ops_per_s", "p50_us", "p99_us", "collector_us_per_op")
+    channels = {name: {str(n): {k: med(rows[(name, n)], k) for k in keys} for n in (1, 8)} for name in VARIANTS}
     for c in channels.values():
         c["8_over_1"] = c["8"]["ops_per_s"] / c["1"]["ops_per_s"]
-    return {"graph": graph, "threads": channels[default], "channels": channels, "default_channel": default}
+    return {"graph": graph, "threads": channels[default], "channels": channels, "default_channel": default,
+            "collector_threshold": raised}
 
 
 def report(result: dict) -> None:
@@ -142,10 +173,11 @@ def report(result: dict) -> None:
          ["plan hits in these iterations", g["plan_hits"]],
          ["plan hits per iteration, after the second", g["plan_hits_per_iteration_after_second"]]],
     )
-    rows = [[channel, n, r["ops_per_s"], r["p50_us"], r["p99_us"]]
+    rows = [[channel, n, r["ops_per_s"], r["p50_us"], r["p99_us"], r["collector_us_per_op"]]
             for channel, c in result["channels"].items() for n, r in c.items() if n != "8_over_1"]
-    rows += [[channel, "8 / 1", c["8_over_1"], "", ""] for channel, c in result["channels"].items()]
-    common.print_table("threads registering at once", ["channel", "threads", "ops/s", "p50 us", "p99 us"], rows)
+    rows += [[channel, "8 / 1", c["8_over_1"], "", "", ""] for channel, c in result["channels"].items()]
+    common.print_table("threads registering at once", ["channel", "threads", "ops/s", "p50 us", "p99 us",
+                                                       "collector us/op"], rows)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -36,7 +36,7 @@ from fusion_server.ir import OperationIr, TensorIr, ViewOp, outputs_of
 from fusion_server.runtime import waits
 from fusion_server.server import MODES, FusionServer, Recorder
 
-from . import _traced
+from . import _collector, _traced
 
 T = TypeVar("T")
 _get_ident = threading.get_ident
@@ -291,9 +291,12 @@ class FusionClient:
 
     def _size_batches(self) -> None:
         """Batches of LONE_BATCH ops while one thread has a queue, INBOX_BATCH with more
-        (see LONE_BATCH). Set without the lock as queues come and go: a thread that reads
-        it meanwhile only registers one batch at the other size."""
-        self.batch_ops = LONE_BATCH if len(self.queues) == 1 else INBOX_BATCH
+        (see LONE_BATCH); with more, the cyclic collector's first threshold raised
+        (clients/_collector.py). Set without the lock as queues come and go: a thread that
+        reads it meanwhile only registers one batch at the other size."""
+        alone = len(self.queues) <= 1
+        self.batch_ops = LONE_BATCH if alone else INBOX_BATCH
+        _collector.tuning.threads_recording(id(self), not alone)
 
     def _run_queue(self, stream_id: int, flushing: int, count: int | None = None) -> bool:
         """Before a flush, or as a batch is registered (`call`'s `flushing`): replay the

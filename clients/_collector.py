@@ -1,0 +1,79 @@
+"""The cyclic garbage collector while several threads record.
+
+Each op a thread records keeps a few objects the collector tracks (the handle, its drop
+ref, the op, the queue's entry) until the thread's queue is registered. Alone, a thread
+registers its queue within a batch, and most of them die young. With several threads the
+interpreter switches between them every few milliseconds, a queue waits while its
+thread is switched out (or while another thread holds the lock), and the collector's
+young collections, which come every 700 new objects by default (about every 120 ops),
+find thousands of queued ops alive: it promotes them, walks them again in older
+collections, and the full collections they bring walk the whole heap. That cost 8
+threads recording chains a quarter of their throughput (BENCHMARKS.md, "The collector
+and 8 recording threads").
+
+So while two or more threads have queues, the first threshold is raised to at least
+RECORDING_THRESHOLD (fewer young collections, and most queued ops die before one comes),
+and put back when one thread is left, unless the program changed it meanwhile.
+`FUSION_GC_THRESHOLD` sets the raised value; 0 leaves the collector alone.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+
+from fusion_server.errors import FusionError
+
+RECORDING_THRESHOLD = 7000
+
+
+def _setting() -> int:
+    raw = os.environ.get("FUSION_GC_THRESHOLD", "").strip()
+    if not raw:
+        return RECORDING_THRESHOLD
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise FusionError(f"FUSION_GC_THRESHOLD={raw!r}: expected a count of objects (0: leave the collector alone)")
+    return value
+
+
+class CollectorTuning:
+    """Raises the collector's first threshold while several threads record (see the
+    module docstring); one per process, shared by every device's client."""
+
+    def __init__(self, threshold: int | None = None):
+        self.threshold = _setting() if threshold is None else threshold
+        self.saved: tuple[int, ...] | None = None  # the thresholds to put back, while raised
+        self.clients: set[int] = set()  # ids of the clients that have several threads recording
+
+    def threads_recording(self, client_id: int, several: bool) -> None:
+        """Client `client_id` has several recording threads now (or no longer)."""
+        if several:
+            self.clients.add(client_id)
+        else:
+            self.clients.discard(client_id)
+        self._apply(bool(self.clients))
+
+    def retune(self, threshold: int) -> None:
+        """Raise to `threshold` from now on (0: leave the collector alone), the current
+        thresholds put back first if raised (benchmarks compare both)."""
+        self._apply(False)
+        self.threshold = threshold
+        self._apply(bool(self.clients))
+
+    def _apply(self, raised: bool) -> None:
+        current = gc.get_threshold()
+        if raised and self.saved is None:
+            if 0 < current[0] < self.threshold:  # (0: the program turned collection off)
+                self.saved = current  # (first: an interrupt after it puts nothing wrong back)
+                gc.set_threshold(self.threshold, *current[1:])
+        elif not raised and self.saved is not None:
+            saved, self.saved = self.saved, None
+            if current[0] == self.threshold:  # (else the program set its own meanwhile: kept)
+                gc.set_threshold(*saved)
+
+
+tuning = CollectorTuning()
