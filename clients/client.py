@@ -18,6 +18,7 @@ Lock discipline (the rules every locked section follows):
 from __future__ import annotations
 
 import atexit
+import functools
 import itertools
 import os
 import threading
@@ -66,7 +67,8 @@ atexit.register(_close_all_at_exit)
 
 MAX_PENDING_DROPS = 256  # registering drains dropped ids only past this many
 # The inbox channel (see FusionClient.record): a recording thread registers its queue once
-# it holds this many ops and the lock is free, and waits for the lock past INBOX_MAX.
+# it holds this many ops and the lock is free (else it records on), and waits for the
+# lock past INBOX_MAX.
 # Waiting sooner trades latency for little: with 8 threads recording chains
 # (benchmarks.recurring's, alternated in one process), INBOX_MAX 256 against 4096 gave
 # 0.62 against 0.62 of one thread's ops/s and a p99 of 2.1 ms against 29 us on an H100's
@@ -103,6 +105,22 @@ def _drop_head(queue: deque, count: int) -> None:
     deque(starmap(queue.popleft, repeat((), count)), maxlen=0)
 
 
+def _exit_nothing(self: Any, *exc: Any) -> None:
+    return None
+
+
+def _lock_if_free(lock: Any) -> Any:
+    """A context manager for `with it as got:` that takes `lock` if it is free, without
+    waiting, and binds whether it did to `got`; it does not give the lock back (the
+    block does, in a `try`/`finally` it enters at once). Its `__enter__` is the lock's own
+    `acquire(False)`, reached through a partial and a static method, all C code: the
+    `with` statement calls it and binds its result with no byte code in between, so no
+    interrupt (a signal handler's exception, raised between byte codes) can fall between
+    taking the lock and knowing it, which `got = lock.acquire(False)` would allow."""
+    enter = staticmethod(functools.partial(lock.acquire, False))
+    return type("LockIfFree", (), {"__slots__": (), "__enter__": enter, "__exit__": _exit_nothing})()
+
+
 def _sequence_after(queue: deque, count: int) -> int | None:
     """The sequence number of the queue's op after its first `count` (None: there is none)."""
     return queue[count][0] if count < len(queue) else None
@@ -122,6 +140,7 @@ class FusionClient:
         self.drop_callback = self.drops.append
         self.unpins: deque = server.unpin_inbox  # storages whose resolved arrays or captures were collected
         self._lock = threading.Lock()
+        self._lock_if_free = _lock_if_free(self._lock)  # (the batch call's: see there)
         self._owner: int | None = None  # the thread holding the lock
         # Ops recorded without the lock, per thread, in the order they were made, with the
         # handles they read (kept alive until the op is registered): (sequence number, op,
@@ -144,7 +163,8 @@ class FusionClient:
     # Every locked section is `with self._lock:` with the owner set inside it and cleared
     # in its `finally`: acquiring and entering the block, and clearing and releasing, are
     # not split by an interrupt (a signal handler's exception is raised between byte
-    # codes, and the lock is taken and given back by the `with` itself). Any exception
+    # codes, and the lock is taken and given back by the `with` itself). The batch call,
+    # which must not wait, takes it as `with self._lock_if_free as got:` (see there). Any exception
     # other than the library's own errors that leaves a section, KeyboardInterrupt and
     # SystemExit included, first lets the server recover (`_recover`).
     def _check(self, me: int) -> None:
@@ -467,9 +487,42 @@ class FusionClient:
             self.server.mark_thread(me)
         queue.append((next(self._sequence), op) + reads)
         n = len(queue)
-        if n >= self.batch_ops and (n >= INBOX_MAX or not self._lock.locked()):
-            # (A thread that loses the race for the lock waits here, once.)
-            self.call(_nothing, flushing=BATCH)
+        if n >= self.batch_ops:
+            if n >= INBOX_MAX:
+                self.call(_nothing, flushing=BATCH)
+            elif not self._lock.locked():  # (checked here first: a long queue meets a held lock at every op)
+                self._batch_if_free(me)
+
+    def _batch_if_free(self, me: int) -> None:
+        """The batch call of a thread whose queue holds a batch: registered now if the lock
+        is free, else left queued for the thread's next locked section, without waiting.
+        Why never wait: a thread blocked on the lock is handed it by the operating system
+        when it is released, before that thread has the GIL back; the recording thread
+        that holds the GIL and saw the lock free then found it taken, blocked in turn, and
+        the GIL changed hands at every step. The section is `call`'s with `flushing=BATCH`.
+        The lock is taken by `with self._lock_if_free as got:`, which binds `got` with no
+        byte code run in between (`_lock_if_free`), and given back by the `finally` of a
+        `try` that the next byte codes enter: no interrupt can fall between them."""
+        while True:
+            with self._lock_if_free as got:
+                if not got:
+                    return
+                try:
+                    self._owner = me
+                    if self.queues.get(me):
+                        self._run_batches(me)
+                    if self._arrived():
+                        self._drain()
+                    return
+                except NeedsCompile as need:
+                    job = need.job
+                except BaseException as exc:
+                    self._recover(exc)
+                    raise
+                finally:
+                    self._owner = None
+                    self._lock.release()
+            job.run()  # outside the lock; then the batch again, if the lock is free
 
     def register(self, op: OperationIr, *reads: Any) -> None:
         """Queue `op` now, in a locked section (`reads`, its input handles, are not needed:

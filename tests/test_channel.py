@@ -283,6 +283,89 @@ def test_an_interrupt_while_registering_the_inbox_resumes_it(client, monkeypatch
 
 
 @pytest.mark.timeout(TIMEOUT)
+def test_a_full_batch_never_waits_for_a_lock_another_thread_holds(client, monkeypatch, baseline):
+    """While another thread is inside a locked section, a recording thread whose queue
+    passes a batch records on (no wait: the section ends only once it has), and its next
+    locked section registers the whole queue in order."""
+    monkeypatch.setattr(client, "channel", "inbox")
+    settle()
+    entered, done = threading.Event(), threading.Event()
+    held = {}
+
+    def hold(server):
+        entered.set()
+        held["released_in_time"] = done.wait(TIMEOUT / 2)
+
+    x = clients.asarray(np.zeros(64, np.float32))  # (an upload takes the lock: first)
+    holder = threading.Thread(target=client.call, args=(hold,))
+    holder.start()
+    try:
+        assert entered.wait(TIMEOUT / 2)
+        steps = 3 * client.batch_ops
+        y = x
+        for _ in range(steps):
+            y = y + 1.0
+        assert queued(client) == steps  # all of it recorded, none registered yet
+    finally:
+        done.set()
+        holder.join(TIMEOUT / 2)
+    assert held["released_in_time"], "the recording thread waited for the lock"
+    np.testing.assert_array_equal(y.numpy(), np.full(64, steps, np.float32))
+    del x, y
+    settle()
+    assert clients.stats()["buffers_live"] == baseline and clients.stats()["pending_ops"] == 0
+
+
+def test_an_interrupt_inside_the_batch_call_gives_the_lock_back_and_keeps_the_batch(client, monkeypatch, baseline):
+    monkeypatch.setattr(client, "channel", "inbox")
+    settle()
+    x = clients.asarray(rand(32))
+    y = x * 1.0  # (the thread's queue exists: its batch size is set)
+    batch = client.batch_ops
+    real = cc.FusionClient._run_batches
+    cuts = []
+
+    def interrupted(self, stream_id):
+        cuts.append(len(self.queues[stream_id]))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cc.FusionClient, "_run_batches", interrupted)
+    made = 1
+    with pytest.raises(KeyboardInterrupt):
+        for _ in range(2 * batch):
+            y = y * 1.0001
+            made += 1
+    monkeypatch.setattr(cc.FusionClient, "_run_batches", real)
+    assert cuts == [batch] and made == batch - 1  # (the batch's last op is queued; its handle never bound)
+    assert not client.holds_lock() and not client._lock.locked()
+    assert queued(client) == batch  # the batch stays queued, in order
+    np.testing.assert_allclose(y.numpy(), rand(32) * np.float32(1.0001) ** (made - 1), rtol=1e-4)
+    del x, y
+    settle()
+    assert clients.stats()["buffers_live"] == baseline and clients.stats()["pending_ops"] == 0
+
+
+def test_the_batch_calls_lock_is_taken_by_c_code_alone(client):
+    """`with client._lock_if_free as got:` runs no byte code between taking the lock and
+    binding `got` (an interrupt cannot fall there): its `__enter__` is the lock's own
+    `acquire(False)` through C-level wrappers; and it takes the lock only when free."""
+    import functools
+    import inspect
+
+    enter = inspect.getattr_static(type(client._lock_if_free), "__enter__")
+    assert isinstance(enter, staticmethod)
+    assert isinstance(enter.__func__, functools.partial) and enter.__func__.args == (False,)
+    assert inspect.isbuiltin(enter.__func__.func) and enter.__func__.func.__self__ is client._lock
+    with client._lock_if_free as got:
+        assert got and client._lock.locked()
+        client._lock.release()
+    with client._lock:
+        with client._lock_if_free as got:
+            assert got is False
+    assert not client._lock.locked()
+
+
+@pytest.mark.timeout(TIMEOUT)
 def test_eight_threads_recording_at_once_get_right_values(channel):
     def work(seed):
         a = rand(256, seed=seed)
