@@ -42,12 +42,20 @@ def _setting() -> int:
 
 class CollectorTuning:
     """Raises the collector's first threshold while several threads record (see the
-    module docstring); one per process, shared by every device's client."""
+    module docstring); one per process, shared by every device's client. Its state
+    changes without a lock, from threads recording and from locked sections: a thread
+    switch between two changes can leave the threshold raised, or not, until the next
+    change (a performance setting only; values never depend on it)."""
 
     def __init__(self, threshold: int | None = None):
-        self.threshold = _setting() if threshold is None else threshold
-        self.saved: tuple[int, ...] | None = None  # the thresholds to put back, while raised
+        self.threshold = threshold  # (None: FUSION_GC_THRESHOLD's, read by `configure`)
+        self.saved: int | None = None  # the first threshold to put back, while raised
         self.clients: set[int] = set()  # ids of the clients that have several threads recording
+
+    def configure(self) -> None:
+        """Read FUSION_GC_THRESHOLD, once (a client calls this as it is made)."""
+        if self.threshold is None:
+            self.threshold = _setting()
 
     def threads_recording(self, client_id: int, several: bool) -> None:
         """Client `client_id` has several recording threads now (or no longer)."""
@@ -55,25 +63,27 @@ class CollectorTuning:
             self.clients.add(client_id)
         else:
             self.clients.discard(client_id)
-        self._apply(bool(self.clients))
+        self._apply()
 
     def retune(self, threshold: int) -> None:
         """Raise to `threshold` from now on (0: leave the collector alone), the current
         thresholds put back first if raised (benchmarks compare both)."""
-        self._apply(False)
-        self.threshold = threshold
-        self._apply(bool(self.clients))
+        clients, self.clients = self.clients, set()
+        self._apply()
+        self.threshold, self.clients = threshold, clients
+        self._apply()
 
-    def _apply(self, raised: bool) -> None:
+    def _apply(self) -> None:
+        self.configure()
         current = gc.get_threshold()
-        if raised and self.saved is None:
+        if self.clients and self.saved is None:
             if 0 < current[0] < self.threshold:  # (0: the program turned collection off)
-                self.saved = current  # (first: an interrupt after it puts nothing wrong back)
+                self.saved = current[0]  # (first: an interrupt after it puts nothing wrong back)
                 gc.set_threshold(self.threshold, *current[1:])
-        elif not raised and self.saved is not None:
+        elif not self.clients and self.saved is not None:
             saved, self.saved = self.saved, None
             if current[0] == self.threshold:  # (else the program set its own meanwhile: kept)
-                gc.set_threshold(*saved)
+                gc.set_threshold(saved, *current[1:])  # (its other thresholds, as they are now)
 
 
 tuning = CollectorTuning()

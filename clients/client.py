@@ -25,7 +25,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from itertools import repeat, starmap
 from typing import Any, TypeVar
 
@@ -109,16 +109,24 @@ def _exit_nothing(self: Any, *exc: Any) -> None:
     return None
 
 
-def _lock_if_free(lock: Any) -> Any:
-    """A context manager for `with it as got:` that takes `lock` if it is free, without
-    waiting, and binds whether it did to `got`; it does not give the lock back (the
-    block does, in a `try`/`finally` it enters at once). Its `__enter__` is the lock's own
-    `acquire(False)`, reached through a partial and a static method, all C code: the
-    `with` statement calls it and binds its result with no byte code in between, so no
-    interrupt (a signal handler's exception, raised between byte codes) can fall between
-    taking the lock and knowing it, which `got = lock.acquire(False)` would allow."""
-    enter = staticmethod(functools.partial(lock.acquire, False))
-    return type("LockIfFree", (), {"__slots__": (), "__enter__": enter, "__exit__": _exit_nothing})()
+def _lock_if_free(lock: Any) -> tuple[Any, Any]:
+    """Two context managers for `with taken as got, (held if got else NOT_HELD):`, which
+    takes `lock` if it is free, without waiting, binds whether it did to `got`, and gives
+    it back as the block ends however it ends. `taken.__enter__` is the lock's own
+    `acquire(False)` and `held.__exit__` its own `__exit__` (a release), each reached
+    through a static method (a partial, for the first): C code, called by the `with`
+    statement itself. Between taking the lock and entering `held` the interpreter runs
+    only loads, a store and a forward jump on one line: no call, so no signal handler's
+    exception, and no new line, so no line event for a debugger's or coverage's tracer
+    (`got = lock.acquire(False)` then `try:` allows both)."""
+    taken = type("LockIfFree", (), {"__slots__": (), "__enter__": staticmethod(functools.partial(lock.acquire, False)),
+                                    "__exit__": _exit_nothing})()
+    held = type("LockHeld", (), {"__slots__": (), "__enter__": staticmethod(tuple),
+                                 "__exit__": staticmethod(lock.__exit__)})()
+    return taken, held
+
+
+NOT_HELD = nullcontext()
 
 
 def _sequence_after(queue: deque, count: int) -> int | None:
@@ -140,7 +148,7 @@ class FusionClient:
         self.drop_callback = self.drops.append
         self.unpins: deque = server.unpin_inbox  # storages whose resolved arrays or captures were collected
         self._lock = threading.Lock()
-        self._lock_if_free = _lock_if_free(self._lock)  # (the batch call's: see there)
+        self._lock_if_free, self._lock_held = _lock_if_free(self._lock)  # (the batch call's: see there)
         self._owner: int | None = None  # the thread holding the lock
         # Ops recorded without the lock, per thread, in the order they were made, with the
         # handles they read (kept alive until the op is registered): (sequence number, op,
@@ -154,6 +162,7 @@ class FusionClient:
         if channel not in CHANNELS:
             raise FusionError(f"FUSION_CHANNEL={channel!r}: expected one of {CHANNELS}")
         self.channel = channel  # (sets `record`: see the property)
+        _collector.tuning.configure()  # (FUSION_GC_THRESHOLD checked here, as FUSION_CHANNEL is)
         self._forked = False
         self._closed = False
         waits.guards.append(self._check_not_holding)
@@ -164,7 +173,7 @@ class FusionClient:
     # in its `finally`: acquiring and entering the block, and clearing and releasing, are
     # not split by an interrupt (a signal handler's exception is raised between byte
     # codes, and the lock is taken and given back by the `with` itself). The batch call,
-    # which must not wait, takes it as `with self._lock_if_free as got:` (see there). Any exception
+    # which must not wait, takes it in `_batch_if_free` (see `_lock_if_free`). Any exception
     # other than the library's own errors that leaves a section, KeyboardInterrupt and
     # SystemExit included, first lets the server recover (`_recover`).
     def _check(self, me: int) -> None:
@@ -219,6 +228,7 @@ class FusionClient:
         for _ in range(1000):
             try:
                 self.server.recover(exc, self.queues)
+                self._size_batches()  # (an interrupt may have fallen between a queue's removal and it)
                 return
             except Exception:
                 raise  # a bug in the repair itself: never hide it
@@ -238,11 +248,13 @@ class FusionClient:
         waits.drain_at_exit(runtime.queue)
 
     def holds_lock(self) -> bool:
-        """True when the calling thread is inside a locked section of this client."""
-        return self._owner == _get_ident()
+        """True when the calling thread is inside a locked section of this client (an
+        owner left behind by a section a tracer's exception cut at its last line holds
+        nothing: the lock is free)."""
+        return self._owner == _get_ident() and self._lock.locked()
 
     def _check_not_holding(self) -> None:
-        if self._owner == _get_ident():
+        if self.holds_lock():
             raise FusionError("a device wait was attempted while holding the server lock")
 
     def call(self, fn: Callable[..., T], *args: Any, drain_after: bool = False, flushing: int | None = None) -> T:
@@ -499,30 +511,35 @@ class FusionClient:
         Why never wait: a thread blocked on the lock is handed it by the operating system
         when it is released, before that thread has the GIL back; the recording thread
         that holds the GIL and saw the lock free then found it taken, blocked in turn, and
-        the GIL changed hands at every step. The section is `call`'s with `flushing=BATCH`.
-        The lock is taken by `with self._lock_if_free as got:`, which binds `got` with no
-        byte code run in between (`_lock_if_free`), and given back by the `finally` of a
-        `try` that the next byte codes enter: no interrupt can fall between them."""
+        the GIL changed hands at every step. The `with` line takes the lock and gives it
+        back (see `_lock_if_free`); its block is on that line, with no `try` (whose first
+        instruction, a jump's target, the interpreter leaves outside the `with`'s cover,
+        where a tracer's line event can raise)."""
         while True:
-            with self._lock_if_free as got:
-                if not got:
-                    return
-                try:
-                    self._owner = me
-                    if self.queues.get(me):
-                        self._run_batches(me)
-                    if self._arrived():
-                        self._drain()
-                    return
-                except NeedsCompile as need:
-                    job = need.job
-                except BaseException as exc:
-                    self._recover(exc)
-                    raise
-                finally:
-                    self._owner = None
-                    self._lock.release()
+            # (One line: a tracer's line event at the next line would come between the
+            # block's end and the release.)
+            with self._lock_if_free as got, (self._lock_held if got else NOT_HELD): job = got and self._section(me)
+            if not job:
+                return
             job.run()  # outside the lock; then the batch again, if the lock is free
+
+    def _section(self, me: int) -> Any:
+        """The batch call's locked section (`call`'s with `flushing=BATCH`), under the lock
+        `_batch_if_free` took: None, or the build job a kernel needs first."""
+        try:
+            self._owner = me
+            if self.queues.get(me):
+                self._run_batches(me)
+            if self._arrived():
+                self._drain()
+            return None
+        except NeedsCompile as need:
+            return need.job
+        except BaseException as exc:
+            self._recover(exc)
+            raise
+        finally:
+            self._owner = None
 
     def register(self, op: OperationIr, *reads: Any) -> None:
         """Queue `op` now, in a locked section (`reads`, its input handles, are not needed:

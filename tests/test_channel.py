@@ -9,6 +9,7 @@ a thread leaves behind when it ends, failures that stay with their op, interrupt
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 
 import numpy as np
@@ -345,10 +346,55 @@ def test_an_interrupt_inside_the_batch_call_gives_the_lock_back_and_keeps_the_ba
     assert clients.stats()["buffers_live"] == baseline and clients.stats()["pending_ops"] == 0
 
 
+def test_a_tracer_interrupting_the_batch_call_at_any_line_leaves_the_lock_free(client, monkeypatch, baseline):
+    """A debugger's or coverage's tracer runs Python code at every line event, where a
+    pending KeyboardInterrupt is raised: at each line of the batch call and its section
+    in turn, the lock is given back and the values stay right."""
+    monkeypatch.setattr(client, "channel", "inbox")
+    settle()
+    codes = (cc.FusionClient._batch_if_free.__code__, cc.FusionClient._section.__code__)
+    before = sys.gettrace()
+    cut_at = 0
+    while True:
+        lines = {"seen": 0, "cut_at": cut_at}
+
+        def local(frame, event, arg, lines=lines):
+            if event == "line":
+                lines["seen"] += 1
+                if lines["seen"] == lines["cut_at"] + 1:
+                    raise KeyboardInterrupt
+            return local
+
+        def tracer(frame, event, arg, local=local):
+            return local if frame.f_code in codes else None
+
+        x = clients.asarray(rand(32, seed=cut_at))
+        y = x * 1.0  # (the thread's queue exists: its batch size is set)
+        made = 1
+        cut = False
+        sys.settrace(tracer)
+        try:
+            for _ in range(2 * client.batch_ops):
+                y = y * 1.0001
+                made += 1
+        except KeyboardInterrupt:
+            cut = True
+        finally:
+            sys.settrace(before)
+        assert not client._lock.locked() and not client.holds_lock(), f"held after a cut at line event {cut_at}"
+        np.testing.assert_allclose(y.numpy(), rand(32, seed=cut_at) * np.float32(1.0001) ** (made - 1), rtol=1e-4)
+        if not cut:
+            break  # (past the last line event)
+        cut_at += 1
+    assert cut_at > 3  # (the batch call has that many lines)
+    del x, y
+    settle()
+    assert clients.stats()["buffers_live"] == baseline and clients.stats()["pending_ops"] == 0
+
+
 def test_the_batch_calls_lock_is_taken_by_c_code_alone(client):
-    """`with client._lock_if_free as got:` runs no byte code between taking the lock and
-    binding `got` (an interrupt cannot fall there): its `__enter__` is the lock's own
-    `acquire(False)` through C-level wrappers; and it takes the lock only when free."""
+    """The batch call's `with` takes and gives back the lock by C code alone (the lock's
+    own `acquire(False)` and `__exit__`), and only a lock it took."""
     import functools
     import inspect
 
@@ -356,12 +402,16 @@ def test_the_batch_calls_lock_is_taken_by_c_code_alone(client):
     assert isinstance(enter, staticmethod)
     assert isinstance(enter.__func__, functools.partial) and enter.__func__.args == (False,)
     assert inspect.isbuiltin(enter.__func__.func) and enter.__func__.func.__self__ is client._lock
-    with client._lock_if_free as got:
+    release = inspect.getattr_static(type(client._lock_held), "__exit__")
+    assert isinstance(release, staticmethod) and inspect.isbuiltin(release.__func__)
+    assert release.__func__.__self__ is client._lock
+    with client._lock_if_free as got, (client._lock_held if got else cc.NOT_HELD):
         assert got and client._lock.locked()
-        client._lock.release()
+    assert not client._lock.locked()
     with client._lock:
-        with client._lock_if_free as got:
+        with client._lock_if_free as got, (client._lock_held if got else cc.NOT_HELD):
             assert got is False
+        assert client._lock.locked()  # (not given back by a block that did not take it)
     assert not client._lock.locked()
 
 

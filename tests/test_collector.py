@@ -61,6 +61,11 @@ def test_a_threshold_the_program_set_is_kept(thresholds):
     gc.set_threshold(1200, 5, 5)  # the program's own change while raised
     tuning.threads_recording(1, False)
     assert gc.get_threshold() == (1200, 5, 5)
+    gc.set_threshold(700, 10, 10)
+    tuning.threads_recording(1, True)
+    gc.set_threshold(5000, 50, 50)  # (its later thresholds changed: kept as they are)
+    tuning.threads_recording(1, False)
+    assert gc.get_threshold() == (700, 50, 50)
     gc.disable()
     try:
         gc.set_threshold(0, 10, 10)  # (collection turned off this way too: left so)
@@ -73,16 +78,20 @@ def test_a_threshold_the_program_set_is_kept(thresholds):
 def test_the_setting_picks_the_value_or_leaves_the_collector_alone(thresholds, monkeypatch):
     monkeypatch.setenv("FUSION_GC_THRESHOLD", "0")
     off = collector.CollectorTuning()
-    off.threads_recording(1, True)
-    assert gc.get_threshold() == (700, 10, 10)
-    monkeypatch.setenv("FUSION_GC_THRESHOLD", "3000")
-    assert collector.CollectorTuning().threshold == 3000
-    monkeypatch.delenv("FUSION_GC_THRESHOLD")
-    assert collector.CollectorTuning().threshold == collector.RECORDING_THRESHOLD
+    off.threads_recording(1, True)  # (read on first use)
+    assert off.threshold == 0 and gc.get_threshold() == (700, 10, 10)
+    for value, want in (("3000", 3000), (None, collector.RECORDING_THRESHOLD)):
+        if value is None:
+            monkeypatch.delenv("FUSION_GC_THRESHOLD")
+        else:
+            monkeypatch.setenv("FUSION_GC_THRESHOLD", value)
+        tuning = collector.CollectorTuning()
+        tuning.configure()
+        assert tuning.threshold == want
     for bad in ("many", "-5"):
         monkeypatch.setenv("FUSION_GC_THRESHOLD", bad)
         with pytest.raises(FusionError, match="FUSION_GC_THRESHOLD"):
-            collector.CollectorTuning()
+            collector.CollectorTuning().configure()
 
 
 @pytest.mark.timeout(TIMEOUT)
