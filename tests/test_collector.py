@@ -123,3 +123,12 @@ def test_a_second_recording_thread_raises_it_until_it_has_ended(thresholds, monk
     assert gc.get_threshold() == (700, 10, 10)
     np.testing.assert_allclose(seen["z"], rand(16, seed=1) + 1, rtol=1e-6)
     np.testing.assert_allclose(y.numpy(), rand(16) * 2, rtol=1e-6)
+
+
+def test_a_bad_setting_raises_when_a_client_is_made(monkeypatch):
+    from clients.client import FusionClient
+
+    monkeypatch.setattr(collector, "tuning", collector.CollectorTuning())  # (not read yet)
+    monkeypatch.setenv("FUSION_GC_THRESHOLD", "lots")
+    with pytest.raises(FusionError, match="FUSION_GC_THRESHOLD='lots'"):
+        FusionClient(clients.client_for().server)
