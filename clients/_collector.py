@@ -13,7 +13,10 @@ and 8 recording threads").
 
 So while two or more threads have queues, the first threshold is raised to at least
 RECORDING_THRESHOLD (fewer young collections, and most queued ops die before one comes),
-and put back when one thread is left, unless the program changed it meanwhile.
+and put back when one thread is left, unless the program changed it meanwhile. A
+thread counts from its first recorded op until it has ended and a later locked section
+took its queue away: a pool's worker that recorded once keeps the threshold raised while
+it lives.
 `FUSION_GC_THRESHOLD` sets the raised value; 0 leaves the collector alone.
 """
 
