@@ -172,8 +172,10 @@ class FusionClient:
     # Every locked section is `with self._lock:` with the owner set inside it and cleared
     # in its `finally`: acquiring and entering the block, and clearing and releasing, are
     # not split by an interrupt (a signal handler's exception is raised between byte
-    # codes, and the lock is taken and given back by the `with` itself). The batch call,
-    # which must not wait, takes it in `_batch_if_free` (see `_lock_if_free`). Any exception
+    # codes, and the lock is taken and given back by the `with` itself). `call`'s block is
+    # `_section`, called on the `with` line, so that a tracer's line event cannot fall
+    # between the block and the release either. The batch call, which must not wait,
+    # takes the lock in `_batch_if_free` (see `_lock_if_free`). Any exception
     # other than the library's own errors that leaves a section, KeyboardInterrupt and
     # SystemExit included, first lets the server recover (`_recover`).
     def _check(self, me: int) -> None:
@@ -272,33 +274,10 @@ class FusionClient:
         me = _get_ident()
         while True:
             self._check(me)
-            with self._lock:
-                self._owner = me
-                try:
-                    queue = self.queues.get(me)
-                    if flushing is not None and queue:
-                        if flushing == BATCH or len(queue) >= self.batch_ops:
-                            # (a queue that grew while other threads held the lock goes
-                            # by batches before a read, as it would have gone without them)
-                            self._run_batches(me)
-                        if flushing != BATCH:
-                            self._run_queue(me, flushing)
-                    queue = self.queues.get(me)
-                    if queue and flushing != BATCH:  # (a batch call leaves a short tail queued)
-                        self._register_queue(me, queue)
-                    if not drain_after and self._arrived():
-                        self._drain()
-                    result = self._with_writers(fn, self.server, *args)
-                    if drain_after and self._arrived():
-                        self._drain()
-                    return result
-                except NeedsCompile as need:
-                    job = need.job
-                except BaseException as exc:
-                    self._recover(exc)
-                    raise
-                finally:
-                    self._owner = None
+            # (One line: a tracer's line event at the next would come before the release.)
+            with self._lock: result, job = self._section(me, fn, args, drain_after, flushing)
+            if job is None:
+                return result
             job.run()  # outside the lock: other threads keep working meanwhile
 
     def _run_batches(self, stream_id: int) -> None:
@@ -516,30 +495,46 @@ class FusionClient:
         instruction, a jump's target, the interpreter leaves outside the `with`'s cover,
         where a tracer's line event can raise)."""
         while True:
-            # (One line: a tracer's line event at the next line would come between the
-            # block's end and the release.)
-            with self._lock_if_free as got, (self._lock_held if got else NOT_HELD): job = got and self._section(me)
+            # (One line: a tracer's line event at the next would come before the release.)
+            with self._lock_if_free as got, (self._lock_held if got else NOT_HELD): job = got and self._batch(me)
             if not job:
                 return
             job.run()  # outside the lock; then the batch again, if the lock is free
 
-    def _section(self, me: int) -> Any:
-        """The batch call's locked section (`call`'s with `flushing=BATCH`), under the lock
-        `_batch_if_free` took: None, or the build job a kernel needs first."""
+    def _section(self, me: int, fn: Callable[..., T], args: tuple, drain_after: bool,
+                 flushing: int | None) -> tuple[T | None, Any]:
+        """The body of `call`'s locked section (and of the batch call's), under the lock
+        its caller took: (fn's result, None), or (None, the build job a kernel needs first)."""
         try:
             self._owner = me
-            if self.queues.get(me):
-                self._run_batches(me)
-            if self._arrived():
+            queue = self.queues.get(me)
+            if flushing is not None and queue:
+                if flushing == BATCH or len(queue) >= self.batch_ops:
+                    # (a queue that grew while other threads held the lock goes
+                    # by batches before a read, as it would have gone without them)
+                    self._run_batches(me)
+                if flushing != BATCH:
+                    self._run_queue(me, flushing)
+            queue = self.queues.get(me)
+            if queue and flushing != BATCH:  # (a batch call leaves a short tail queued)
+                self._register_queue(me, queue)
+            if not drain_after and self._arrived():
                 self._drain()
-            return None
+            result = self._with_writers(fn, self.server, *args)
+            if drain_after and self._arrived():
+                self._drain()
+            return result, None
         except NeedsCompile as need:
-            return need.job
+            return None, need.job
         except BaseException as exc:
             self._recover(exc)
             raise
         finally:
             self._owner = None
+
+    def _batch(self, me: int) -> Any:
+        """The batch call's section: None, or the build job a kernel needs first."""
+        return self._section(me, _nothing, (), False, BATCH)[1]
 
     def register(self, op: OperationIr, *reads: Any) -> None:
         """Queue `op` now, in a locked section (`reads`, its input handles, are not needed:

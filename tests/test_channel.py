@@ -352,7 +352,7 @@ def test_a_tracer_interrupting_the_batch_call_at_any_line_leaves_the_lock_free(c
     in turn, the lock is given back and the values stay right."""
     monkeypatch.setattr(client, "channel", "inbox")
     settle()
-    codes = (cc.FusionClient._batch_if_free.__code__, cc.FusionClient._section.__code__)
+    codes = tuple(getattr(cc.FusionClient, name).__code__ for name in ("_batch_if_free", "_batch", "_section"))
     before = sys.gettrace()
     cut_at = 0
     while True:
@@ -390,6 +390,41 @@ def test_a_tracer_interrupting_the_batch_call_at_any_line_leaves_the_lock_free(c
     del x, y
     settle()
     assert clients.stats()["buffers_live"] == baseline and clients.stats()["pending_ops"] == 0
+
+
+def test_a_tracer_interrupting_a_locked_section_at_any_line_leaves_the_lock_free(client):
+    """As above, for `call`'s sections (the same body, `_section`)."""
+    codes = (cc.FusionClient.call.__code__, cc.FusionClient._section.__code__)
+    before = sys.gettrace()
+    seen = []
+    cut_at = 0
+    while True:
+        lines = {"seen": 0, "cut_at": cut_at}
+
+        def local(frame, event, arg, lines=lines):
+            if event == "line":
+                lines["seen"] += 1
+                if lines["seen"] == lines["cut_at"] + 1:
+                    raise KeyboardInterrupt
+            return local
+
+        def tracer(frame, event, arg, local=local):
+            return local if frame.f_code in codes else None
+
+        cut = False
+        sys.settrace(tracer)
+        try:
+            client.call(lambda server, k=cut_at: seen.append(k))
+        except KeyboardInterrupt:
+            cut = True
+        finally:
+            sys.settrace(before)
+        assert not client._lock.locked() and not client.holds_lock(), f"held after a cut at line event {cut_at}"
+        if not cut:
+            break
+        cut_at += 1
+    assert cut_at > 3 and seen[-1] == cut_at  # (the last call ran whole)
+    np.testing.assert_allclose((clients.asarray(rand(8)) + 1.0).numpy(), rand(8) + 1, rtol=1e-6)
 
 
 def test_the_batch_calls_lock_is_taken_by_c_code_alone(client):
