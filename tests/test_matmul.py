@@ -294,17 +294,16 @@ def test_b_panels_from_a_strided_b_and_at_every_vector_width(dtype):
     from fusion_server.runtime.widths import VectorWidths
     from tests.conftest import server_settings
 
-    m, k, n = 300, 90, 150
     rng = np.random.default_rng(31)
-    a = rng.integers(-9, 9, (m, k)).astype(dtype)
-    big = rng.integers(-9, 9, (2 * k, 2 * n + 1)).astype(dtype)
-    w = big[::2, 1::2]
-    want = a @ w
-    for width in (1, 4, 8, 16):
-        with server_settings(matmul_strategy="rows", widths=VectorWidths.uniform(width)), clients.inspect() as rec:
-            got = (clients.asarray(a) @ clients.asarray(big)[::2, 1::2]).numpy()
-        np.testing.assert_array_equal(got, want)
-        assert [r.ops for r in rec.kernels] == [["pack B in panels for matmul"], ["matmul"]], width
+    for m, k, n in ((300, 90, 150), (200, 1100, 40)):  # (K past two steps of 512, ragged)
+        a = rng.integers(-9, 9, (m, k)).astype(dtype)
+        big = rng.integers(-9, 9, (2 * k, 2 * n + 1)).astype(dtype)
+        want = a @ big[::2, 1::2]
+        for width in (1, 4, 8, 16):
+            with server_settings(matmul_strategy="rows", widths=VectorWidths.uniform(width)), clients.inspect() as rec:
+                got = (clients.asarray(a) @ clients.asarray(big)[::2, 1::2]).numpy()
+            np.testing.assert_array_equal(got, want)
+            assert [r.ops for r in rec.kernels] == [["pack B in panels for matmul"], ["matmul"]], (k, width)
 
 
 def test_aligned_tiles_batched_and_integer():

@@ -54,8 +54,17 @@ LOCAL = 16  # work-items per side of a work-group (the tile side / LOCAL outputs
 # steps and more rows per work-item read B's slices from memory fewer times (these
 # before B was read from panels; on the Intel Xeon with 32-byte vectors forced, 6 x 2 at
 # 1024^3: 13.1 ms with B in panels against 14.2 copying it, medians of 14, alternated).
+# With B in panels, steps of K 512 deep: PoCL 3.0 on the 2-core Zen 4, 16 blocks, wall
+# ms against numpy's in the same process (7 of each in turn, three rounds, medians; two
+# processes per line), depth 128 / 256 / 512: at 1024^3 11.5, 11.2 / 11.0, 10.9 / 10.8,
+# 10.9 (numpy 10.8 to 11.3); at 1536^3 37.6, 37.4 / 36.9, 36.4 / 35.9, 35.5 (numpy 36);
+# at 2048^3 96.9, 90.2 / 88.3, 86.4 / 85.3, 85.1 (numpy 89.5 to 93). 8 blocks at 512:
+# 11.9, 13.0; 24 blocks at 128: 12.3, 12.7. A work-item copying its own panel (small
+# products) keeps steps of 128: the panel is a private array of a step's rows. On
+# Intel's CPU runtime (64-byte vectors) the depth changed nothing measurable.
 ROWS_TUNING = {64: (6, 16, 128, 4), 32: (6, 16, 128, 2)}
 ROWS_NARROW = (6, 8, 64, 2)  # narrower vectors (not measured since the table was made)
+ROWS_PANEL_KSTEP = {32: 512}  # the depth of a step of K where B is read from panels, if not the table's
 
 
 # Aligned tiles (GPUs): (depth of a K step, double-buffered) to try in order, per output
@@ -462,7 +471,10 @@ def rows_layout(spec: MatmulSpec) -> RowsLayout:
     """The rows strategy's layout for `spec` (ROWS_TUNING). A register block holds micro x
     vectors accumulators, plus the vectors of B and one broadcast of A."""
     width = min(16, max(1, spec.vector_bytes // np.dtype(spec.dtype).itemsize))
-    micro, blocks, kstep, vectors = ROWS_TUNING.get(min(spec.vector_bytes, 64), ROWS_NARROW)
+    vector_bytes = min(spec.vector_bytes, 64)
+    micro, blocks, kstep, vectors = ROWS_TUNING.get(vector_bytes, ROWS_NARROW)
+    if spec.b_panels:
+        kstep = ROWS_PANEL_KSTEP.get(vector_bytes, kstep)
     return RowsLayout(vectors * width, blocks * micro, micro, kstep, vectors)
 
 
