@@ -306,6 +306,36 @@ def test_b_panels_from_a_strided_b_and_at_every_vector_width(dtype):
             assert [r.ops for r in rec.kernels] == [["pack B in panels for matmul"], ["matmul"]], (k, width)
 
 
+@pytest.mark.parametrize("n", [512, 517])
+@pytest.mark.parametrize("form", ["row-major", "transposed", "strided"])
+def test_b_panels_copied_in_tiles_of_several_strips(n, form):
+    """The copy into panels, each work-item a tile of rows of several strips: N across
+    several tiles, whole or cut by N (the last tile's copy padded), K past one tile's
+    depth and ragged, B row-major, a transposed view (copied down its columns) and
+    strided; at each vector width (panels of 8, 16 and 64 columns); integers exactly."""
+    from fusion_server.codegen import panels as pg
+    from fusion_server.runtime.widths import VectorWidths
+    from tests.conftest import server_settings
+
+    m, k = 100, pg.DEPTH * 2 + 3
+    rng = np.random.default_rng(41)
+    a = rng.integers(-9, 9, (m, k)).astype(np.int32)
+    w = rng.integers(-9, 9, (k, n)).astype(np.int32)
+    if form == "transposed":
+        operand = lambda: clients.asarray(np.ascontiguousarray(w.T)).T  # noqa: E731
+    elif form == "strided":
+        big = np.zeros((k, 2 * n), np.int32)
+        big[:, ::2] = w
+        operand = lambda: clients.asarray(big)[:, ::2]  # noqa: E731
+    else:
+        operand = lambda: clients.asarray(w)  # noqa: E731
+    for width in (4, 8, 16):
+        with server_settings(matmul_strategy="rows", widths=VectorWidths.uniform(width)), clients.inspect() as rec:
+            got = (clients.asarray(a) @ operand()).numpy()
+        np.testing.assert_array_equal(got, a @ w)
+        assert [r.ops for r in rec.kernels] == [["pack B in panels for matmul"], ["matmul"]], width
+
+
 def test_aligned_tiles_batched_and_integer():
     from tests.conftest import server_settings
 

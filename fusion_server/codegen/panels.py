@@ -11,7 +11,22 @@ Measured on PoCL 3.0 (a 2-core Intel Xeon with AVX-512, maximum(a @ w + bias, 0)
 1024^3 float32, kernel time, medians of 14, the two alternated in one process): the copy
 and the product reading the panels 8.5 ms, against 8.9 for the same kernel copying each
 strip's slice of B into a private panel at every step of K; with 32-byte vectors forced,
-13.1 against 14.2. The copy alone takes 0.25 to 0.35 ms.
+13.1 against 14.2.
+
+A work-item copies a tile of DEPTH rows of several strips: row segments of about 1 KiB
+(BYTES_PER_ROW) read along B's rows. One strip of 16 rows each, as first written, was
+three to five times slower on PoCL 3.0 (64-byte reads, each a row of B apart, and 64
+times as many groups). 1024 x 1024 float32, kernel us, medians of
+25, a 2-core AMD Zen 4 (a copy of the whole buffer, for scale: PoCL 3.0 96 to 100,
+Intel's CPU runtime 75 to 86):
+
+rows x strips per work-item: 16 x 1, 64 x 1, 16 x 4, 64 x 4, 32 x 8, 64 x 16, 128 x 4
+  PoCL 3.0, 16-column panels (its matmul's): 419, 622; 437, 597; 150, 169; 142, 149;
+    145, 158; 125, 129; 124, 132
+  Intel's runtime, 64-column panels (its matmul's): 253, 255; 192, 192; 198, 205;
+    176, 179; 179, 183; 196, 200; 170, 171
+(pairs: 64-bit and 32-bit indices.) In the product at 1024^3 the copy took 0.5 to 1.1 ms
+of kernel time before (caches holding the previous product's data, not B).
 """
 
 from __future__ import annotations
@@ -22,7 +37,8 @@ import numpy as np
 
 from .. import dtypes as dt
 
-DEPTH = 16  # rows of B (steps of K) a work-item copies
+DEPTH = 64  # rows of B (steps of K) a work-item copies
+BYTES_PER_ROW = 1024  # of a row of B, in whole strips, that a work-item copies
 
 
 class PanelSpec(NamedTuple):
@@ -46,28 +62,40 @@ def scalar_variant(spec: PanelSpec) -> None:
     return None  # scalar copies already
 
 
+def strips_per_item(spec: PanelSpec) -> int:
+    """Strips (panels) a work-item copies: row segments of about BYTES_PER_ROW."""
+    return max(1, BYTES_PER_ROW // (spec.cols * np.dtype(spec.dtype).itemsize))
+
+
 def generate(spec: PanelSpec) -> tuple[str, str]:
     """(source, kernel name): `dst[(c / cols) * K * cols + k * cols + c % cols] =
     src[off + k * s_k + c * s_n]` for the K x N matrix `src`, zero for the columns of
-    the last panel past N. One work-item copies DEPTH rows of one panel: along B's rows
-    where they are contiguous, down its columns where those are (a transposed view)."""
+    the last panel past N. One work-item copies DEPTH rows of `strips_per_item` panels:
+    along B's rows where they are contiguous, down its columns where those are (a
+    transposed view)."""
     name = kernel_name(spec)
-    t, i, cols = dt.CL_NAME[spec.dtype], spec.index, spec.cols
+    t, i, cols, strips = dt.CL_NAME[spec.dtype], spec.index, spec.cols, strips_per_item(spec)
     src = f"""__kernel void {name}(__global {t} *dst, __global const {t} *src, const {i} off, const {i} s_k,
                    const {i} s_n, const {i} K, const {i} N)
 {{
-  const {i} strip = get_global_id(0), k0 = ({i})get_global_id(1) * {DEPTH};
-  const {i} c0 = strip * {cols}, k1 = min(k0 + {DEPTH}, K);
-  __global {t} *panel = dst + strip * K * {cols};
-  if (s_n == 1 && c0 + {cols} <= N) {{
-    for ({i} k = k0; k < k1; ++k) for (int j = 0; j < {cols}; ++j)
-      panel[k * {cols} + j] = src[off + k * s_k + c0 + j];
-  }} else if (s_k == 1 && c0 + {cols} <= N) {{
-    for (int j = 0; j < {cols}; ++j) for ({i} k = k0; k < k1; ++k)
-      panel[k * {cols} + j] = src[off + k + (c0 + j) * s_n];
+  const {i} s0 = ({i})get_global_id(0) * {strips}, k0 = ({i})get_global_id(1) * {DEPTH};
+  const {i} s1 = min(s0 + {strips}, (N + {cols - 1}) / {cols}), k1 = min(k0 + {DEPTH}, K);
+  if (s_n == 1 && s1 * {cols} <= N) {{
+    for ({i} k = k0; k < k1; ++k) {{
+      __global const {t} *row = src + off + k * s_k;
+      for ({i} s = s0; s < s1; ++s) for (int j = 0; j < {cols}; ++j)
+        dst[(s * K + k) * {cols} + j] = row[s * {cols} + j];
+    }}
+  }} else if (s_k == 1 && s1 * {cols} <= N) {{
+    for ({i} s = s0; s < s1; ++s) for (int j = 0; j < {cols}; ++j) {{
+      __global const {t} *column = src + off + (s * {cols} + j) * s_n;
+      for ({i} k = k0; k < k1; ++k) dst[(s * K + k) * {cols} + j] = column[k];
+    }}
   }} else {{
-    for ({i} k = k0; k < k1; ++k) for (int j = 0; j < {cols}; ++j)
-      panel[k * {cols} + j] = c0 + j < N ? src[off + k * s_k + (c0 + j) * s_n] : ({t})0;
+    for ({i} k = k0; k < k1; ++k) for ({i} s = s0; s < s1; ++s) for (int j = 0; j < {cols}; ++j) {{
+      const {i} c = s * {cols} + j;
+      dst[(s * K + k) * {cols} + j] = c < N ? src[off + k * s_k + c * s_n] : ({t})0;
+    }}
   }}
 }}
 """
@@ -77,7 +105,9 @@ def generate(spec: PanelSpec) -> tuple[str, str]:
 def grid(spec: PanelSpec, k: int, n: int) -> tuple[tuple[int, int], tuple[int, int]]:
     """(global size, local size) of the kernel for a k x n source: one work-item per
     group (CPU drivers run a group's work-items one after the other anyway)."""
-    return ((n + spec.cols - 1) // spec.cols, (k + DEPTH - 1) // DEPTH), (1, 1)
+    strips = (n + spec.cols - 1) // spec.cols
+    per_item = strips_per_item(spec)
+    return ((strips + per_item - 1) // per_item, (k + DEPTH - 1) // DEPTH), (1, 1)
 
 
 def nbytes(spec: PanelSpec, k: int, n: int) -> int:
