@@ -336,6 +336,24 @@ def test_b_panels_copied_in_tiles_of_several_strips(n, form):
         assert [r.ops for r in rec.kernels] == [["pack B in panels for matmul"], ["matmul"]], width
 
 
+@pytest.mark.parametrize("m, k", [(300, 70), (1000, 33), (130, 1100)])
+def test_a_transposed_view_copied_in_rows_of_blocks(m, k):
+    """A^T (a transposed view) copied row-major for the CPU kernel, a work-item several
+    blocks side by side: sizes whole and cut by a block, and a work-item's blocks cut by
+    the edge; integers exactly."""
+    from tests.conftest import server_settings
+
+    n = 128  # (m * n * k past ROWS_PACK_MIN: the copy pays)
+    rng = np.random.default_rng(43)
+    a_t = rng.integers(-9, 9, (k, m)).astype(np.int32)  # (A stored transposed)
+    w = rng.integers(-9, 9, (k, n)).astype(np.int32)
+    with server_settings(matmul_strategy="rows"), clients.inspect() as rec:
+        got = (clients.asarray(a_t).T @ clients.asarray(w)).numpy()
+    np.testing.assert_array_equal(got, a_t.T @ w)
+    assert ["pack A for matmul"] in [r.ops for r in rec.kernels]
+    assert any(r.name.startswith("transpose_") and r.name.endswith("_blocks") for r in rec.kernels)
+
+
 def test_aligned_tiles_batched_and_integer():
     from tests.conftest import server_settings
 

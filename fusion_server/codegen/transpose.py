@@ -11,7 +11,11 @@ than the operand's own (see fusers/matmul.py, `packed_operands`). Two forms:
   16 x 16 block through private memory, no barriers, which CPU drivers emulate slowly.
   A 1024 x 1024 float32 matrix on PoCL 3.0 (AMD Zen 4, 2 cores), kernel time: tiles
   1.05 ms; blocks of 8 0.43, of 16 0.29, of 32 0.57 (0.28 with the driver's choice of
-  work-group); numpy's ascontiguousarray of the transpose 3.3 ms (one thread).
+  work-group); numpy's ascontiguousarray of the transpose 3.3 ms (one thread). Four
+  blocks of 16 side by side per work-item (64 elements of each source row read at once),
+  the same machine, kernel us, medians of 25, one block / four side by side / 2 x 2 /
+  four stacked / one of 32: PoCL 3.0 501 / 314 / 328 / 325 / 283; Intel's CPU runtime
+  636 / 259 / 277 / 553 / 352.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from .. import dtypes as dt
 
 TILE = 32  # elements per side of the tile a work-group moves
 ROWS = 8  # work-items per column of the work-group (each moves TILE / ROWS rows)
-BLOCK = 16  # elements per side of the block a work-item moves (the CPU form)
+BLOCK = 16  # elements per side of the blocks a work-item moves (the CPU form)
+BLOCKS_PER_ITEM = 4  # blocks a work-item moves, side by side along the source's rows
 
 
 class TransposeSpec(NamedTuple):
@@ -77,22 +82,25 @@ void {name}(__global {t} *dst, __global const {t} *src, const {i} off, const {i}
 
 
 def _blocks(t: str, i: str, name: str) -> str:
-    """The CPU form: a BLOCK x BLOCK block per work-item, read along its rows into a
-    private array, written along the destination's rows; partial blocks element by
-    element."""
+    """The CPU form: BLOCKS_PER_ITEM blocks of BLOCK x BLOCK side by side along the
+    source's rows per work-item, each read along its rows into a private array and
+    written along the destination's rows; partial blocks element by element."""
     return f"""__kernel void {name}(__global {t} *dst, __global const {t} *src, const {i} off, const {i} s_row,
                    const {i} s_col, const {i} rows, const {i} cols)
 {{
-  const {i} c0 = ({i})get_global_id(0) * {BLOCK}, r0 = ({i})get_global_id(1) * {BLOCK};
-  if (r0 + {BLOCK} <= rows && c0 + {BLOCK} <= cols) {{
-    {t} block[{BLOCK}][{BLOCK}];
-    for (int r = 0; r < {BLOCK}; ++r) for (int c = 0; c < {BLOCK}; ++c)
-      block[c][r] = src[off + (r0 + r) * s_row + (c0 + c) * s_col];
-    for (int c = 0; c < {BLOCK}; ++c) for (int r = 0; r < {BLOCK}; ++r)
-      dst[(c0 + c) * rows + r0 + r] = block[c][r];
-  }} else {{
-    for (int r = 0; r < {BLOCK} && r0 + r < rows; ++r) for (int c = 0; c < {BLOCK} && c0 + c < cols; ++c)
-      dst[(c0 + c) * rows + r0 + r] = src[off + (r0 + r) * s_row + (c0 + c) * s_col];
+  const {i} r0 = ({i})get_global_id(1) * {BLOCK};
+  for (int b = 0; b < {BLOCKS_PER_ITEM}; ++b) {{
+    const {i} c0 = (({i})get_global_id(0) * {BLOCKS_PER_ITEM} + b) * {BLOCK};
+    if (r0 + {BLOCK} <= rows && c0 + {BLOCK} <= cols) {{
+      {t} block[{BLOCK}][{BLOCK}];
+      for (int r = 0; r < {BLOCK}; ++r) for (int c = 0; c < {BLOCK}; ++c)
+        block[c][r] = src[off + (r0 + r) * s_row + (c0 + c) * s_col];
+      for (int c = 0; c < {BLOCK}; ++c) for (int r = 0; r < {BLOCK}; ++r)
+        dst[(c0 + c) * rows + r0 + r] = block[c][r];
+    }} else {{
+      for (int r = 0; r < {BLOCK} && r0 + r < rows; ++r) for (int c = 0; c < {BLOCK} && c0 + c < cols; ++c)
+        dst[(c0 + c) * rows + r0 + r] = src[off + (r0 + r) * s_row + (c0 + c) * s_col];
+    }}
   }}
 }}
 """
@@ -101,5 +109,6 @@ def _blocks(t: str, i: str, name: str) -> str:
 def grid(spec: TransposeSpec, rows: int, cols: int) -> tuple[tuple[int, int], tuple[int, int]]:
     """(global size, local size) of the kernel for a rows x cols source."""
     if spec.blocks:
-        return ((cols + BLOCK - 1) // BLOCK, (rows + BLOCK - 1) // BLOCK), (1, 1)
+        items = (cols + BLOCK * BLOCKS_PER_ITEM - 1) // (BLOCK * BLOCKS_PER_ITEM)
+        return (items, (rows + BLOCK - 1) // BLOCK), (1, 1)
     return ((cols + TILE - 1) // TILE * TILE, (rows + TILE - 1) // TILE * ROWS), (TILE, ROWS)
