@@ -122,9 +122,13 @@ def run(n: int | None = None, repeat: int = 10) -> dict:
     results: dict[str, Callable[[Any], np.ndarray]] = {"fused": lambda t: t.numpy(), "eager": lambda t: t.numpy()}
     variants["numpy"] = lambda: np.maximum(a @ w + bias, 0)
     results["numpy"] = lambda x: x
-    torch_run, torch_result, note = _torch_variant(a, w, bias)
-    if torch_run is not None:
-        variants["cuBLAS"], results["cuBLAS"] = torch_run, torch_result
+    gpu = dtime.is_gpu(clients.client_for().server.runtime.queue)
+    if gpu:
+        torch_run, torch_result, note = _torch_variant(a, w, bias)
+        if torch_run is not None:
+            variants["cuBLAS"], results["cuBLAS"] = torch_run, torch_result
+    else:  # (a CPU device against a GPU's library would compare machines, not kernels)
+        note = "the device is a CPU: the cuBLAS row is left out"
     notes.append(note)
 
     # Warm up (compiles, first allocations), check, and size each variant's samples from
@@ -150,7 +154,6 @@ def run(n: int | None = None, repeat: int = 10) -> dict:
         # (its threads spinning after a product slowed the host side of the next
         # variant's call). Eager mode is timed on its own everywhere: a change of mode
         # drops the streams and the run cache, which fused calls would otherwise rebuild.
-        gpu = dtime.is_gpu(clients.client_for().server.runtime.queue)
         if gpu:
             timings = common.time_rounds({name: fn for name, fn in variants.items() if name not in ("eager", "numpy")},
                                          repeat, warmup=0, repeats=counts, apart=("cuBLAS",))
@@ -207,11 +210,13 @@ def run(n: int | None = None, repeat: int = 10) -> dict:
 def layouts(a: np.ndarray, w: np.ndarray, bias: np.ndarray, want: np.ndarray, repeat: int) -> dict:
     """The fused product with each operand stored row-major or transposed, against the
     peer on the same operands: {layout: {variant, ours_over_peer, ...}}."""
-    try:
-        import torch
-        gpu = torch.cuda.is_available()
-    except ImportError:
-        gpu = False
+    gpu = False  # (cuBLAS the peer where the device is a GPU and PyTorch has CUDA: else numpy)
+    if dtime.is_gpu(clients.client_for().server.runtime.queue):
+        try:
+            import torch
+            gpu = torch.cuda.is_available()
+        except ImportError:
+            pass
     out = {}
     for a_t, w_t in ((False, False), (True, False), (False, True), (True, True)):
         name = ("A^T" if a_t else "A") + " @ " + ("B^T" if w_t else "B")
