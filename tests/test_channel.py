@@ -346,6 +346,34 @@ def test_an_interrupt_inside_the_batch_call_gives_the_lock_back_and_keeps_the_ba
     assert clients.stats()["buffers_live"] == baseline and clients.stats()["pending_ops"] == 0
 
 
+def _cut_at_line_event(codes: tuple, cut_at: int, body) -> bool:
+    """Run `body` under a tracer (as a debugger's or coverage's) that raises
+    KeyboardInterrupt at line event `cut_at` (from 0) of the frames running `codes`;
+    whether it did. The previous tracer is put back."""
+    seen = 0
+
+    def local(frame, event, arg):
+        nonlocal seen
+        if event == "line":
+            seen += 1
+            if seen == cut_at + 1:
+                raise KeyboardInterrupt
+        return local
+
+    def tracer(frame, event, arg):
+        return local if frame.f_code in codes else None
+
+    before = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        body()
+    except KeyboardInterrupt:
+        return True
+    finally:
+        sys.settrace(before)
+    return False
+
+
 def test_a_tracer_interrupting_the_batch_call_at_any_line_leaves_the_lock_free(client, monkeypatch, baseline):
     """A debugger's or coverage's tracer runs Python code at every line event, where a
     pending KeyboardInterrupt is raised: at each line of the batch call and its section
@@ -353,34 +381,19 @@ def test_a_tracer_interrupting_the_batch_call_at_any_line_leaves_the_lock_free(c
     monkeypatch.setattr(client, "channel", "inbox")
     settle()
     codes = tuple(getattr(cc.FusionClient, name).__code__ for name in ("_batch_if_free", "_batch", "_section"))
-    before = sys.gettrace()
     cut_at = 0
     while True:
-        lines = {"seen": 0, "cut_at": cut_at}
-
-        def local(frame, event, arg, lines=lines):
-            if event == "line":
-                lines["seen"] += 1
-                if lines["seen"] == lines["cut_at"] + 1:
-                    raise KeyboardInterrupt
-            return local
-
-        def tracer(frame, event, arg, local=local):
-            return local if frame.f_code in codes else None
-
         x = clients.asarray(rand(32, seed=cut_at))
         y = x * 1.0  # (the thread's queue exists: its batch size is set)
         made = 1
-        cut = False
-        sys.settrace(tracer)
-        try:
+
+        def record():
+            nonlocal y, made
             for _ in range(2 * client.batch_ops):
                 y = y * 1.0001
                 made += 1
-        except KeyboardInterrupt:
-            cut = True
-        finally:
-            sys.settrace(before)
+
+        cut = _cut_at_line_event(codes, cut_at, record)
         assert not client._lock.locked() and not client.holds_lock(), f"held after a cut at line event {cut_at}"
         np.testing.assert_allclose(y.numpy(), rand(32, seed=cut_at) * np.float32(1.0001) ** (made - 1), rtol=1e-4)
         if not cut:
@@ -395,30 +408,10 @@ def test_a_tracer_interrupting_the_batch_call_at_any_line_leaves_the_lock_free(c
 def test_a_tracer_interrupting_a_locked_section_at_any_line_leaves_the_lock_free(client):
     """As above, for `call`'s sections (the same body, `_section`)."""
     codes = (cc.FusionClient.call.__code__, cc.FusionClient._section.__code__)
-    before = sys.gettrace()
     seen = []
     cut_at = 0
     while True:
-        lines = {"seen": 0, "cut_at": cut_at}
-
-        def local(frame, event, arg, lines=lines):
-            if event == "line":
-                lines["seen"] += 1
-                if lines["seen"] == lines["cut_at"] + 1:
-                    raise KeyboardInterrupt
-            return local
-
-        def tracer(frame, event, arg, local=local):
-            return local if frame.f_code in codes else None
-
-        cut = False
-        sys.settrace(tracer)
-        try:
-            client.call(lambda server, k=cut_at: seen.append(k))
-        except KeyboardInterrupt:
-            cut = True
-        finally:
-            sys.settrace(before)
+        cut = _cut_at_line_event(codes, cut_at, lambda k=cut_at: client.call(lambda server: seen.append(k)))
         assert not client._lock.locked() and not client.holds_lock(), f"held after a cut at line event {cut_at}"
         if not cut:
             break
