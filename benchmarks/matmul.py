@@ -203,20 +203,18 @@ def run(n: int | None = None, repeat: int = 10) -> dict:
     }
     if "cuBLAS" in timings:
         out["ours_over_cublas"] = out["ratios"]["fused_vs_cuBLAS"]
-    out["layouts"] = layouts(a, w, bias, want, max(MIN_REPEAT, min(repeat, counts["fused"])))
+    out["layouts"] = layouts(a, w, bias, want, max(MIN_REPEAT, min(repeat, counts["fused"])),
+                             cublas="cuBLAS" in variants)
     return out
 
 
-def layouts(a: np.ndarray, w: np.ndarray, bias: np.ndarray, want: np.ndarray, repeat: int) -> dict:
+def layouts(a: np.ndarray, w: np.ndarray, bias: np.ndarray, want: np.ndarray, repeat: int,
+            cublas: bool) -> dict:
     """The fused product with each operand stored row-major or transposed, against the
-    peer on the same operands: {layout: {variant, ours_over_peer, ...}}."""
-    gpu = False  # (cuBLAS the peer where the device is a GPU and PyTorch has CUDA: else numpy)
-    if dtime.is_gpu(clients.client_for().server.runtime.queue):
-        try:
-            import torch
-            gpu = torch.cuda.is_available()
-        except ImportError:
-            pass
+    peer on the same operands (cuBLAS where `cublas`, as run() found it, else numpy):
+    {layout: {variant, ours_over_peer, ...}}."""
+    if cublas:
+        import torch
     out = {}
     for a_t, w_t in ((False, False), (True, False), (False, True), (True, True)):
         name = ("A^T" if a_t else "A") + " @ " + ("B^T" if w_t else "B")
@@ -234,7 +232,7 @@ def layouts(a: np.ndarray, w: np.ndarray, bias: np.ndarray, want: np.ndarray, re
             clients.sync()
             return result
 
-        if gpu:
+        if cublas:
             ga, gw, gb = (torch.from_numpy(v).cuda() for v in (sa, sw, bias))
             pa, pw = (ga.T if a_t else ga), (gw.T if w_t else gw)
 
@@ -249,14 +247,14 @@ def layouts(a: np.ndarray, w: np.ndarray, bias: np.ndarray, want: np.ndarray, re
                 return np.maximum(na @ nw + bias, 0)
         _check(f"fused {name}", ours().numpy(), want)
         # As in run(): on a CPU device in blocks of consecutive calls.
-        if gpu:
+        if cublas:
             timings = common.time_rounds({"fused": ours, "peer": peer}, repeat, warmup=1, apart=("peer",))
         else:
             timings = common.time_blocks({"fused": ours, "peer": peer}, repeat, before=_let_blas_threads_sleep)
         packs = "".join(f", {k.ops[0]}" for k in kernels[:-1])  # (copies made before the product)
         out[name] = {"variant": kernels[-1].variant + packs if kernels else "", "kernels": len(kernels),
                      "fused_ms": common.ms(timings["fused"].median), "peer_ms": common.ms(timings["peer"].median),
-                     "peer": "cuBLAS" if gpu else "numpy",
+                     "peer": "cuBLAS" if cublas else "numpy",
                      "ours_over_peer": common.ratio(timings["peer"], timings["fused"])}
     return out
 

@@ -16,9 +16,9 @@ strip's slice of B into a private panel at every step of K; with 32-byte vectors
 A work-item copies a tile of DEPTH rows of several strips: row segments of about 1 KiB
 (BYTES_PER_ROW) read along B's rows. One strip of 16 rows each, as first written, was
 three to five times slower on PoCL 3.0 (64-byte reads, each a row of B apart, and 64
-times as many groups). 1024 x 1024 float32, kernel us, medians of
-25, a 2-core AMD Zen 4 (a copy of the whole buffer, for scale: PoCL 3.0 96 to 100,
-Intel's CPU runtime 75 to 86):
+times as many groups). 1024 x 1024 float32, kernel us, medians of 25, a 2-core AMD Zen 4
+(a copy of the whole buffer, for scale: PoCL 3.0 96 to 100, Intel's CPU runtime 75 to
+86):
 
 rows x strips per work-item: 16 x 1, 64 x 1, 16 x 4, 64 x 4, 32 x 8, 64 x 16, 128 x 4
   PoCL 3.0, 16-column panels (its matmul's): 419, 622; 437, 597; 150, 169; 142, 149;
