@@ -82,6 +82,16 @@ def outliving(handles: list, held: dict) -> list[bool]:
     return list(map(and_, map(_BASE.__lt__, beyond), map(is_not, handles, repeat(None))))
 
 
+# The same count, for the check after a replay that the handles judged dead are (a
+# separate name: a test that misjudges liveness through _BASE still meets the check).
+_LIST_ONLY = next(map(getrefcount, [object()]))
+
+
+def referred_beyond(handles: list) -> bool:
+    """Whether anything beyond the list `handles` (no None in it) refers to one of them."""
+    return any(map(_LIST_ONLY.__lt__, map(getrefcount, handles)))
+
+
 class Run:
     """A thread's queue as the run cache sees it: its key, the tensors it reads from
     outside (in first-use order), its ops' outputs, and the captures kept for its key

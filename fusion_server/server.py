@@ -65,7 +65,7 @@ from .ir import (
     tensor_inputs,
 )
 from .plans import PlanStore
-from .runs import CALL, MAX_CAPTURE_TRIES, Run, RunCache, written
+from .runs import CALL, MAX_CAPTURE_TRIES, Run, RunCache, referred_beyond, written
 from .runtime import DeviceInfo, DeviceRuntime
 from .runtime.widths import VectorWidths
 from .stream import Stream
@@ -1013,6 +1013,9 @@ class FusionServer:
                         early.discard(t)
             ids = [t for t, h in zip(ids, handles) if h is not None]
             handles = [h for h in handles if h is not None]
+        if not referred_beyond(handles):  # (the common case: the list holds their last references)
+            deque(map(refs.pop, ids, repeat(None)), maxlen=0)  # (their drop refs die first: no drops)
+            return
         watch = list(map(weakref.ref, handles))
         drop_refs = list(map(refs.pop, ids, repeat(None)))
         # (how to make one again: the client's class and callback)
