@@ -12,8 +12,11 @@ threads recording chains a quarter of their throughput (BENCHMARKS.md, "The coll
 and 8 recording threads").
 
 So while two or more threads have queues, the first threshold is raised to at least
-RECORDING_THRESHOLD (fewer young collections, and most queued ops die before one comes),
-and put back when one thread is left, unless the program changed it meanwhile. A
+RECORDING_THRESHOLD (fewer young collections, and most queued ops die before one comes)
+and the second to at least RECORDING_SECOND (the queued ops a young collection promotes
+die before a middle one walks them, and the full collections that count the middle ones
+come as seldom), and each is put back when one thread is left, unless the program
+changed it meanwhile. A
 thread counts from its first recorded op until it has ended and a later locked section
 took its queue away: a pool's worker that recorded once keeps the threshold raised while
 it lives.
@@ -28,6 +31,11 @@ import os
 from fusion_server.errors import FusionError
 
 RECORDING_THRESHOLD = 7000
+# 8 threads recording chains (probe: benchmarks.recurring's workers in batches of 256,
+# medians of 9 samples, a 2-core Zen 4 and Intel's CPU runtime): 0.80 and 0.74 of one
+# thread's ops/s with the second threshold at CPython's 10, the middle collections
+# 0.6 to 1.0 us an op; 0.87 and 0.85 at 100, none in most samples.
+RECORDING_SECOND = 100
 
 
 def _setting() -> int:
@@ -44,15 +52,16 @@ def _setting() -> int:
 
 
 class CollectorTuning:
-    """Raises the collector's first threshold while several threads record (see the
+    """Raises the collector's first two thresholds while several threads record (see the
     module docstring); one per process, shared by every device's client. Its state
     changes without a lock, from threads recording and from locked sections: a thread
-    switch between two changes can leave the threshold raised, or not, until the next
+    switch between two changes can leave the thresholds raised, or not, until the next
     change (a performance setting only; values never depend on it)."""
 
     def __init__(self, threshold: int | None = None):
         self.threshold = threshold  # (None: FUSION_GC_THRESHOLD's, read by `configure`)
-        self.saved: int | None = None  # the first threshold to put back, while raised
+        # (the first and second thresholds to put back while raised; None for one left as it was)
+        self.saved: tuple[int, int | None] | None = None
         self.clients: set[int] = set()  # ids of the clients that have several threads recording
 
     def configure(self) -> None:
@@ -81,12 +90,15 @@ class CollectorTuning:
         current = gc.get_threshold()
         if self.clients and self.saved is None:
             if 0 < current[0] < self.threshold:  # (0: the program turned collection off)
-                self.saved = current[0]  # (first: an interrupt after it puts nothing wrong back)
-                gc.set_threshold(self.threshold, *current[1:])
+                second = current[1] if current[1] < RECORDING_SECOND else None
+                self.saved = (current[0], second)  # (first: an interrupt after it puts nothing wrong back)
+                gc.set_threshold(self.threshold, RECORDING_SECOND if second is not None else current[1], *current[2:])
         elif not self.clients and self.saved is not None:
-            saved, self.saved = self.saved, None
-            if current[0] == self.threshold:  # (else the program set its own meanwhile: kept)
-                gc.set_threshold(saved, *current[1:])  # (its other thresholds, as they are now)
+            (first, second), self.saved = self.saved, None
+            # (each as the program left it if it set its own meanwhile; the third as it is now)
+            gc.set_threshold(first if current[0] == self.threshold else current[0],
+                             second if second is not None and current[1] == RECORDING_SECOND else current[1],
+                             *current[2:])
 
 
 tuning = CollectorTuning()

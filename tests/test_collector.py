@@ -1,4 +1,4 @@
-"""The cyclic collector's first threshold, raised while several threads record
+"""The cyclic collector's first two thresholds, raised while several threads record
 (clients/_collector.py) and put back after."""
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ def thresholds():
 def test_raised_while_a_client_has_several_threads_and_put_back_after(thresholds):
     tuning = collector.CollectorTuning(5000)
     tuning.threads_recording(1, True)
-    assert gc.get_threshold()[0] == 5000
+    assert gc.get_threshold() == (5000, collector.RECORDING_SECOND, 10)
     tuning.threads_recording(2, True)  # a second device's client
     tuning.threads_recording(1, False)
-    assert gc.get_threshold()[0] == 5000  # (the other client still has several)
+    assert gc.get_threshold() == (5000, collector.RECORDING_SECOND, 10)  # (the other client still has several)
     tuning.threads_recording(2, False)
     assert gc.get_threshold() == (700, 10, 10)
 
@@ -66,6 +66,16 @@ def test_a_threshold_the_program_set_is_kept(thresholds):
     gc.set_threshold(5000, 50, 50)  # (its later thresholds changed: kept as they are)
     tuning.threads_recording(1, False)
     assert gc.get_threshold() == (700, 50, 50)
+    gc.set_threshold(700, 10, 10)
+    tuning.threads_recording(1, True)
+    gc.set_threshold(3000, collector.RECORDING_SECOND, 10)  # (its own first: the second still ours)
+    tuning.threads_recording(1, False)
+    assert gc.get_threshold() == (3000, 10, 10)
+    gc.set_threshold(700, 500, 10)  # (a second above ours: left as it is)
+    tuning.threads_recording(1, True)
+    assert gc.get_threshold() == (5000, 500, 10)
+    tuning.threads_recording(1, False)
+    assert gc.get_threshold() == (700, 500, 10)
     gc.disable()
     try:
         gc.set_threshold(0, 10, 10)  # (collection turned off this way too: left so)
@@ -115,7 +125,7 @@ def test_a_second_recording_thread_raises_it_until_it_has_ended(thresholds, monk
     th.start()
     try:
         assert recorded.wait(TIMEOUT / 2)
-        assert gc.get_threshold()[0] == collector.tuning.threshold
+        assert gc.get_threshold()[:2] == (collector.tuning.threshold, collector.RECORDING_SECOND)
     finally:
         finish.set()
         th.join(TIMEOUT / 2)
