@@ -30,10 +30,11 @@ captured again.
 
 from __future__ import annotations
 
+import weakref
 from collections import _count_elements
 from collections.abc import Iterable
 from itertools import chain, compress, count, repeat
-from operator import and_, is_not, itemgetter, methodcaller, not_, sub
+from operator import and_, is_not, itemgetter, not_, sub
 from sys import getrefcount
 from types import NoneType
 from typing import Any
@@ -65,7 +66,14 @@ def _view_as_elementwise(op: ViewOp) -> tuple:
 
 
 _IS_INT = int.__instancecheck__
-CALL = methodcaller("__call__")  # a weak reference's referent (NoneType's call: None)
+REFERENT = weakref.ref.__call__  # a weak reference's referent (None once it is gone)
+
+
+class _Gone:
+    """What a missing drop ref stands for: a reference whose referent is gone."""
+
+
+_GONE = weakref.ref(_Gone())  # (its referent died with the expression)
 # The codes of ops' outputs and of inputs (see run_of), made once; a longer run takes
 # the general path.
 _CODES = tuple((n,) for n in range(8192))
@@ -115,7 +123,7 @@ class Run:
         (None for one already gone), which it holds until the server is done with them."""
         held: dict[int, int] = {}  # (a plain dict, counted in C: a Counter's init and misses run Python)
         _count_elements(held, map(id, chain.from_iterable(map(_HANDLES, queue))))
-        outputs = list(map(CALL, map(handle_refs.get, map(_ID, self.outputs), repeat(NoneType))))
+        outputs = list(map(REFERENT, map(handle_refs.get, map(_ID, self.outputs), repeat(_GONE))))
         alive = outliving(outputs, held)
         live = tuple(compress(count(), alive))
         if len(live) < len(outputs):
@@ -123,7 +131,7 @@ class Run:
             self.dead = (list(compress(map(_ID, self.outputs), dying)), list(compress(outputs, dying)))
         else:
             self.dead = ()
-        inputs = list(map(CALL, map(handle_refs.get, self.inputs, repeat(NoneType))))
+        inputs = list(map(REFERENT, map(handle_refs.get, self.inputs, repeat(_GONE))))
         return live, tuple(outliving(inputs, held))
 
     @property
