@@ -302,7 +302,7 @@ class FusionClient:
 
     def _size_batches(self) -> None:
         """Batches of LONE_BATCH ops while one thread has a queue, INBOX_BATCH with more
-        (see LONE_BATCH); with more, the cyclic collector's first threshold raised
+        (see LONE_BATCH); with more, the cyclic collector's first two thresholds raised
         (clients/_collector.py). Set without the lock as queues come and go: a thread that
         reads it meanwhile only registers one batch at the other size."""
         alone = len(self.queues) <= 1
