@@ -31,10 +31,10 @@ import os
 from fusion_server.errors import FusionError
 
 RECORDING_THRESHOLD = 7000
-# 8 threads recording chains (probe: benchmarks.recurring's workers in batches of 256,
-# medians of 9 samples, a 2-core Zen 4 and Intel's CPU runtime): 0.80 and 0.74 of one
-# thread's ops/s with the second threshold at CPython's 10, the middle collections
-# 0.6 to 1.0 us an op; 0.87 and 0.85 at 100, none in most samples.
+# 8 threads recording chains (a probe of benchmarks.recurring's workers, medians of 9 to
+# 15 samples): with the second threshold at CPython's 10, 0.80 and 0.74 of one thread's
+# ops/s on a 2-core Zen 4, 0.79 on an H100's 16-CPU host, the middle collections 0.2 to
+# 0.75 us an op; at 100, 0.80 and 0.80 there, 0.90 on the H100's host, none.
 RECORDING_SECOND = 100
 
 

@@ -90,8 +90,9 @@ def outliving(handles: list, held: dict) -> list[bool]:
     return list(map(and_, map(_BASE.__lt__, beyond), map(is_not, handles, repeat(None))))
 
 
-# The same count, for the check after a replay that the handles judged dead are (a
-# separate name: a test that misjudges liveness through _BASE still meets the check).
+# The same count, for checking after a replay that the handles judged dead are held by
+# nothing else (a name of its own: a test that misjudges liveness through _BASE still
+# meets the check).
 _LIST_ONLY = next(map(getrefcount, [object()]))
 
 
