@@ -983,3 +983,18 @@ def test_a_value_and_its_views_over_a_dying_inputs_buffer_share_it_in_a_replay(f
     del y, rows, cols
     settle()
     assert clients.stats()["buffers_live"] == baseline
+
+
+def test_outliving_counts_the_references_beyond_the_queue():
+    class Handle:
+        pass
+
+    handles = [Handle(), Handle(), Handle(), None]  # (no other name for them: a name is a reference)
+    keep = handles[0]  # a reference from beyond the queue
+    queue_item = (0, None, handles[1], handles[1])  # an op that reads the second twice
+    held = {id(handles[1]): 2}
+    assert runs.outliving(handles, held) == [True, False, False, False]
+    queue_item += (handles[2],)  # held by the queue now too, but not counted in `held`
+    assert runs.outliving(handles, held) == [True, False, True, False]
+    assert runs.outliving(handles, held, base=1 << 30) == [False] * 4
+    del keep, queue_item
