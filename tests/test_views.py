@@ -345,3 +345,22 @@ def test_the_flat_index_along_rows_counts_every_element():
     t = clients.asarray(a)
     got = (t[:, 3:] + clients.reshape(clients.arange(5 * 72, dtype=clients.float32), (5, 72))).numpy()
     np.testing.assert_array_equal(got, a[:, 3:] + np.arange(5 * 72, dtype=np.float32).reshape(5, 72))
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct-read", "enqueue_copy"])
+def test_uploads_and_reads_of_views_by_either_copy_function(monkeypatch, direct):
+    """Uploads and reads copy through pyopencl's buffer-to-host and host-to-buffer
+    functions themselves, or through enqueue_copy where a pyopencl lacks them: reads of
+    views from their first element."""
+    import fusion_server.runtime.runtime as rt
+
+    if not direct:
+        monkeypatch.setattr(rt, "_read_buffer", None)
+        monkeypatch.setattr(rt, "_write_buffer", None)
+    elif rt._read_buffer is None or rt._write_buffer is None:
+        pytest.skip("this pyopencl has no buffer copy functions of its own")
+    a = np.arange(60, dtype=np.float32).reshape(6, 10)
+    x = clients.asarray(a)
+    np.testing.assert_array_equal(x[2:5, 3:].numpy(), a[2:5, 3:])
+    np.testing.assert_array_equal(x[4:].numpy(), a[4:])
+    np.testing.assert_array_equal((x * 2.0)[1].numpy(), a[1] * 2)
