@@ -66,7 +66,6 @@ def _view_as_elementwise(op: ViewOp) -> tuple:
 
 
 _IS_INT = int.__instancecheck__
-REFERENT = weakref.ref.__call__  # a weak reference's referent (None once it is gone)
 
 
 class _Gone:

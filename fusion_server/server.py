@@ -65,7 +65,7 @@ from .ir import (
     tensor_inputs,
 )
 from .plans import PlanStore
-from .runs import MAX_CAPTURE_TRIES, REFERENT, Run, RunCache, referred_beyond, written
+from .runs import MAX_CAPTURE_TRIES, Run, RunCache, referred_beyond, written
 from .runtime import DeviceInfo, DeviceRuntime
 from .runtime.widths import VectorWidths
 from .stream import Stream
@@ -1021,7 +1021,7 @@ class FusionServer:
         # (how to make one again: the client's class and callback)
         make = next(((type(r), r.__callback__) for r in drop_refs if r is not None), None)
         del drop_refs, handles  # (the refs first: a ref that dies before its handle calls nobody)
-        if all(map(is_, map(REFERENT, watch), repeat(None))):
+        if all(w() is None for w in watch):
             return
         for tid, w in zip(ids, watch):
             handle = w()
