@@ -6,12 +6,13 @@ import dataclasses
 import math
 
 import numpy as np
+import pyopencl as cl
 import pytest
 
 import clients
 from clients._sorting import UNIQUE_ON_DEVICE_MIN, _unique_on_device_for
 from fusion_server.codegen import lane_sort
-from fusion_server.codegen.sort import MAX_BUCKETS, SortSpec, scalar_variant
+from fusion_server.codegen.sort import BIN_BITS, MAX_BUCKETS, SortSpec, scalar_variant
 from fusion_server.fusers import sort as sort_plan
 from fusion_server.fusers.sort import (
     BUCKET_PAIRS,
@@ -128,16 +129,33 @@ def test_how_a_cpu_cuts_rows():
     assert not by_buckets(RUN_SPLIT_MIN, 1, 64)  # short rows: each sorted whole
     assert by_buckets(1 << 20, 1, 2) and by_buckets(1 << 20, 4, 16)  # fewer long rows than cores
     assert not by_buckets(1 << 20, 16, 16)  # enough rows: each whole
-    # (keys per chunk, buckets per row): two chunks per core, buckets that fit a core's cache
-    assert bucket_layout(1 << 20, 1, 2) == (1 << 18, (1 << 20) // BUCKET_PAIRS)
-    assert bucket_layout(1 << 20, 4, 16) == (1 << 17, 64)  # 4 rows share 16 cores
-    assert bucket_layout(1 << 16, 1, 16) == (1 << 12, 64)  # four buckets per core at least
-    assert bucket_layout(1 << 24, 1, 64) == ((1 << 24) // MAX_CHUNKS, MAX_BUCKETS)  # at most these
-    assert bucket_layout(RUN_SPLIT_MIN + 1, 1, 64) == (RUN_SPLIT_MIN // 2 + 1, 4 * 64)  # no tiny chunks
-    # Buckets sorted in vector lanes aim below 4096 keys: 2^20 floats in 293 of them.
-    assert bucket_layout(1 << 20, 1, 2, LANE_BUCKET) == (1 << 18, 293)
-    assert sort_plan.buckets_in_lanes(np.dtype(np.float32), MAX_BUCKETS * LANE_BUCKET, 16)
-    assert not sort_plan.buckets_in_lanes(np.dtype(np.float32), MAX_BUCKETS * LANE_BUCKET + 1, 16)
+    # (keys per chunk, buckets per row at most, keys per bucket at most): two chunks per
+    # core, buckets that fit a core's cache; two buckets in a row hold more than the cap
+    assert bucket_layout(1 << 20, 1, 2) == (1 << 18, 2 * (1 << 20) // BUCKET_PAIRS + 1, BUCKET_PAIRS)
+    assert bucket_layout(1 << 20, 4, 16) == (1 << 17, 129, BUCKET_PAIRS)  # 4 rows share 16 cores
+    assert bucket_layout(1 << 16, 1, 16) == (1 << 12, 129, 1024)  # four buckets per core at least
+    # at most MAX_BUCKETS: the cap grows
+    assert bucket_layout(1 << 24, 1, 64) == ((1 << 24) // MAX_CHUNKS, MAX_BUCKETS - 1, 16409)
+    assert bucket_layout(RUN_SPLIT_MIN + 1, 1, 64) == (RUN_SPLIT_MIN // 2 + 1, 483, 17)  # no tiny chunks
+    for n, rows, cores in [(1 << 20, 1, 2), (1 << 24, 1, 64), (3 << 22, 3, 4), (RUN_SPLIT_MIN + 1, 1, 64)]:
+        chunk, buckets, cap = bucket_layout(n, rows, cores)
+        assert buckets <= MAX_BUCKETS and 2 * -(-n // cap) + 1 <= MAX_BUCKETS and buckets * cap >= n
+    # The bucket stage deals its buckets from all over: any run of work-items takes its
+    # share of the full buckets (the first ones) and of the empty ones.
+    for items in (1, 2, 129, 513, 2047, 4 * 1023):
+        step = sort_plan.dealing_step(items)
+        dealt = [g * step % items for g in range(items)]
+        assert sorted(dealt) == list(range(items))
+        full = items * 3 // 5
+        for group in range(0, items - 63, 64):
+            assert abs(sum(b < full for b in dealt[group:group + 64]) - 64 * 3 / 5) <= 4
+    # Buckets sorted in vector lanes stop at 4096 keys: 2^20 floats in at most 513 of them.
+    assert bucket_layout(1 << 20, 1, 2, LANE_BUCKET) == (1 << 18, 513, 4096)
+    longest = sort_plan.longest_row_for(LANE_BUCKET)
+    assert bucket_layout(longest, 1, 2, LANE_BUCKET)[2] == LANE_BUCKET
+    assert bucket_layout(longest + 2, 1, 2, LANE_BUCKET)[2] > LANE_BUCKET
+    assert sort_plan.buckets_in_lanes(np.dtype(np.float32), longest, 16)
+    assert not sort_plan.buckets_in_lanes(np.dtype(np.float32), longest + 1, 16)
     assert not sort_plan.buckets_in_lanes(np.dtype(np.float64), 1 << 16, 16)
 
 
@@ -449,6 +467,49 @@ def test_bucket_sort_of_skewed_rows(monkeypatch, dtype):
             check(clients.asarray(a), a)
         assert [k.name.split("_")[1] for k in rec.kernels[:4]] == ["histogram", "plan", "scatter", "buckets"]
         check(clients.asarray(a), a, descending=True)
+
+
+@pytest.mark.parametrize("values", ["normal", "heavy bins", "crowded"])
+def test_buckets_stop_at_their_cap(monkeypatch, values):
+    """The plan fills each bucket with whole bins while it holds at most the cap: a bucket
+    of two bins or more stays within it, two buckets in a row hold more than it, and the
+    buckets stay within the bound bucket_layout gives; read back from the plan's bounds,
+    the row sorted right by them."""
+    ctx = clients.client_for().server.ctx
+    monkeypatch.setattr(ctx, "info", dataclasses.replace(ctx.info, kind="CPU", compute_units=2))
+    rng = np.random.default_rng(5)
+    n = 3 * sort_plan.LANE_BUCKET * 7 + 11
+    a = {"normal": lambda: rng.standard_normal(n, dtype=np.float32),
+         "heavy bins": lambda: 1 + rng.random(n, dtype=np.float32) / 16,  # 8 bins of n / 8 keys
+         "crowded": lambda: rng.integers(0, 40, n).astype(np.float32)}[values]()
+    plans = []
+    launch_rows = sort_plan.SortPlan._launch_rows
+
+    def keeping_the_bounds(self, ctx, kernel, items, args, *alone):
+        launch_rows(self, ctx, kernel, items, args, *alone)
+        if kernel.function_name.startswith("sort_plan_"):  # (hist, rows, n, chunks, buckets, cap, .., bounds)
+            bounds = np.empty(int(args[4]) + 1, np.uint32)
+            plans.append((int(args[4]), int(args[5]), bounds, cl.enqueue_copy(ctx.queue, bounds, args[8],
+                                                                                is_blocking=False)))
+
+    monkeypatch.setattr(sort_plan.SortPlan, "_launch_rows", keeping_the_bounds)
+    check(clients.asarray(a), a)  # a sort (buckets in lanes) and an argsort (radix-sorted buckets)
+    clients.sync()
+    keys = np.sort(a).view(np.uint32) >> (32 - BIN_BITS)  # (the bins of these floats, all positive or all not)
+    in_lanes = sort_plan.buckets_in_lanes(a.dtype, n, clients.client_for().server.widths.of_size(4))
+    for (buckets, cap, bounds, copied), pairs in zip(plans, (sort_plan.LANE_BUCKET if in_lanes else BUCKET_PAIRS,
+                                                             BUCKET_PAIRS), strict=True):
+        copied.wait()
+        assert (buckets, cap) == bucket_layout(n, 1, 2, pairs)[1:]
+        sizes = np.diff(bounds.astype(np.int64))
+        assert bounds[0] == 0 and bounds[-1] == n and np.all(sizes >= 0)
+        for start, size in zip(bounds[:-1], sizes):
+            if size > cap:  # only a bin of more than cap keys, alone
+                assert keys[start] == keys[start + size - 1]
+        used = sizes[sizes > 0]
+        assert np.all(used[:-1] + used[1:] > cap)
+        if values == "heavy bins" and cap == sort_plan.LANE_BUCKET:
+            assert used.max() > cap  # (bins of more than the cap: each a bucket alone)
 
 
 def lane_rows(n: int, dtype, seed: int) -> np.ndarray:

@@ -114,7 +114,7 @@ SHORT_RUN = 64
 # The bucket sort's bins: the top bits of a key (2^16 bins of 4-byte counts per chunk).
 BIN_BITS = 16
 BINS = 1 << BIN_BITS
-MAX_BUCKETS = 1024  # a bucket's number is a ushort
+MAX_BUCKETS = 2048  # a bucket's number is a ushort; the scatter keeps a counter for each
 
 
 def key_bytes(dtype: np.dtype) -> int:
@@ -144,12 +144,12 @@ def parameters(spec: SortSpec) -> tuple[sig.Param, ...]:
     its offset first; stages that write the result end with the values and the indices.
     Tiles: rows, n, the segment, descending, final; the keys and indices out; the result;
     local keys and indices. Lanes: rows, n, descending; the values. Runs and buckets:
-    rows, n, descending (buckets: the bounds of
-    the buckets); two copies of the keys and indices (for 4-byte keys, each copy's keys
+    rows, n, descending (buckets: the buckets per row, the step they are dealt by, their
+    bounds); two copies of the keys and indices (for 4-byte keys, each copy's keys
     hold packed 8-byte words); the result. Histogram, plan and scatter: their counts,
-    table and offsets (see the kernels). Merge: the keys and indices in, rows, n, the run,
-    the chunk, final, descending; the keys and indices out; the input and its offset; the
-    result."""
+    table and offsets (the plan: the most keys a bucket takes; see the kernels). Merge:
+    the keys and indices in, rows, n, the run, the chunk, final, descending; the keys
+    and indices out; the input and its offset; the result."""
     i32, i64 = np.dtype(np.int32), np.dtype(np.int64)
     result = (sig.raw("out", "__global T *values"), sig.raw("out", "__global long *indices"))
     source = (sig.raw("input", "__global const T *in"), sig.scalar(i64, "in_off"))
@@ -165,7 +165,7 @@ def parameters(spec: SortSpec) -> tuple[sig.Param, ...]:
                 sig.raw("out", "__global uint *hist"))
     if stage == "plan":
         return (sig.raw("input", "__global const uint *hist"),
-                *(sig.scalar(i32, n) for n in ("rows", "n", "chunks", "buckets")),
+                *(sig.scalar(i32, n) for n in ("rows", "n", "chunks", "buckets", "cap")),
                 sig.raw("out", "__global ushort *table"), sig.raw("out", "__global uint *offsets"),
                 sig.raw("out", "__global uint *bounds"))
     if stage == "scatter":
@@ -173,7 +173,7 @@ def parameters(spec: SortSpec) -> tuple[sig.Param, ...]:
                 sig.raw("input", "__global const ushort *table"), sig.raw("input", "__global const uint *offsets"),
                 *first_copy)
     if stage == "buckets":
-        return (*source, *(sig.scalar(i32, n) for n in ("rows", "n", "desc", "buckets")),
+        return (*source, *(sig.scalar(i32, n) for n in ("rows", "n", "desc", "buckets", "step")),
                 sig.raw("input", "__global const uint *bounds"), *both_copies, *result)
     if stage == "tiles":
         return (*source, *(sig.scalar(i32, n) for n in ("rows", "n", "seg", "desc", "final")),
@@ -473,24 +473,25 @@ __kernel void NAME(PARAMETERS)
     __global ushort *tab = table + row * BINS;
     __global uint *bnd = bounds + row * (buckets + 1);
     __global uint *off = offsets + row * chunks * buckets;
-    /* Consecutive bins to a bucket until it holds its share of the row, found by a binary
-       search of the counts (a bin is never split: one bin holding more leaves the buckets
-       after it emptier). Each chunk's keys of a bucket follow the earlier chunks' (the
-       scatter is stable). */
+    /* Consecutive bins to a bucket while it holds at most `cap` keys (a bin is never
+       split: a bin of more makes a bucket alone), found by a binary search of the counts;
+       the last bucket takes whatever is left. Two buckets in a row hold more than `cap`,
+       so a row of n needs at most 2 n / cap + 1 (fusers/sort.bucket_layout). Each
+       chunk's keys of a bucket follow the earlier chunks' (the scatter is stable). */
     int first = 0;  /* the bucket's first bin */
     uint at = 0;    /* where its keys begin in the row */
     for (int b = 0; b < buckets; ++b) {
         int last = first - 1;  /* its last bin (none: an empty bucket) */
         if (first < BINS) {
             last = BINS - 1;
-            if (b < buckets - 1) {
-                const ulong share = ((ulong)(b + 1) * (ulong)n + (ulong)buckets - 1) / (ulong)buckets;
-                int lo = first;
+            if (b < buckets - 1 && keys_upto(h, chunks, last) > at + (uint)cap) {
+                int lo = first;  /* the first bin that would take the bucket past cap */
                 while (lo < last) {
                     const int mid = lo + (last - lo) / 2;
-                    if (keys_upto(h, chunks, mid) >= share) last = mid;
+                    if (keys_upto(h, chunks, mid) > at + (uint)cap) last = mid;
                     else lo = mid + 1;
                 }
+                last = max(first, last - 1);
             }
         }
         for (int v = first; v <= last; ++v) tab[v] = (ushort)b;
@@ -541,8 +542,9 @@ __kernel void NAME(PARAMETERS)
 _BUCKETS = _RADIX + """
 __kernel void NAME(PARAMETERS)
 {
-    const long g = get_global_id(0);
-    if (g >= (long)rows * buckets) return;
+    const long items = (long)rows * buckets;
+    if (get_global_id(0) >= items) return;
+    const long g = get_global_id(0) * step % items;  /* buckets dealt from all over (fusers/sort.dealing_step) */
     const long row = g / buckets;
     __global const uint *bnd = bounds + row * (buckets + 1) + g % buckets;
     const int len = (int)(bnd[1] - bnd[0]);
