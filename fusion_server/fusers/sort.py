@@ -67,6 +67,9 @@ LANE_BUCKET = 4096
 LANE_BUCKET_WIDTH = 1 << 13
 BUCKET_PAIRS = 1 << 14
 MAX_CHUNKS = 16
+# Buckets capped at `cap` keys: two in a row hold more than cap, so a row of n needs at
+# most 2 ceil(n / cap) + 1, within MAX_BUCKETS while n <= _CAPPED_SPAN * cap / 2.
+_CAPPED_SPAN = sg.MAX_BUCKETS - 3
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -99,7 +102,7 @@ def bucket_layout(n: int, rows: int, compute_units: int, pairs: int = BUCKET_PAI
     2 n / cap + 1 of them, which MAX_BUCKETS bounds (the cap grows where it must)."""
     chunks = max(1, min(MAX_CHUNKS, _ceil_div(2 * compute_units, rows), _ceil_div(n, RUN_SPLIT_MIN)))
     spread = max(2, _ceil_div(4 * compute_units, rows))  # buckets wanted per row at least
-    cap = max(1, min(pairs, _ceil_div(n, spread)), _ceil_div(2 * n, sg.MAX_BUCKETS - 3))
+    cap = max(1, min(pairs, _ceil_div(n, spread)), _ceil_div(2 * n, _CAPPED_SPAN))
     return _ceil_div(n, chunks), min(sg.MAX_BUCKETS, 2 * _ceil_div(n, cap) + 1), cap
 
 
@@ -119,7 +122,7 @@ def dealing_step(items: int) -> int:
 
 def longest_row_for(cap: int) -> int:
     """The longest row whose buckets can all be capped at `cap` keys (bucket_layout)."""
-    return (sg.MAX_BUCKETS - 3) * cap // 2
+    return _CAPPED_SPAN * cap // 2
 
 
 def by_lanes(dtype: np.dtype, n: int, lanes: int) -> bool:
