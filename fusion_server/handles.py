@@ -8,6 +8,7 @@ refers to it and nothing pins it (invariant 4).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from operator import attrgetter
 
@@ -37,6 +38,15 @@ class Storage:
         self.pins = 0  # resolved arrays and other outside holders
         self.owned = True  # False: the buffer belongs to the user (imported), never pooled
         self.writer: int | None = None  # id of the op output that writes it, while PENDING
+
+
+class PinLease(weakref.ref):
+    """A pin on `storage` that ends when its referent (a read's `finish`) is collected,
+    however the reader's frame ends: the callback, a deque's `append` (C code), queues
+    the lease for the next locked section to unpin, as a dropped handle's ref queues its
+    id (clients/tensor.DropRef). `pinned` is set in the same line as the pin itself."""
+
+    __slots__ = ("storage", "pinned")
 
 
 class Entry:

@@ -42,7 +42,9 @@ from .handles import (
     READY,
     STATUS_OF,
     STORAGE_OF,
+    Entry,
     HandleContainer,
+    PinLease,
     Storage,
     pending_entry,
     span_of,
@@ -132,6 +134,10 @@ def _env_int(name: str) -> int | None:
         raise FusionError(f"{name}={value!r} is not an integer") from None
 
 
+# How much of a read in place is checked against a read command (runtime.host_reads_to_check).
+CHECKED_ELEMENTS = 1 << 14
+
+
 class FusionServer:
     """Queues ops per stream, fuses them, and launches kernels on one device."""
 
@@ -198,7 +204,8 @@ class FusionServer:
         self.running_ahead: dict[int, ReduceOp] = {}  # reductions run ahead of their stream's queue
         self.reductions: dict[tuple, int] = {}  # a reduction's signature -> the id of its latest result
         self.pinned: set[Storage] = self.ctx.pinned  # storages whose buffers resolved arrays and captures hold
-        self.unpin_inbox: deque[Storage] = deque()  # storages to unpin, pushed without the lock
+        self.unpin_inbox: deque[Storage | PinLease] = deque()  # storages to unpin, pushed without the lock
+        self.leases: dict[int, PinLease] = {}  # the pins of reads in place, until their callbacks queue them
         # Ids whose handles died before their op reached the server (see drain_drops).
         self.early_drops: set[int] = set()
         # Per stream, the last output id registered: an op seen again (its caller was
@@ -222,6 +229,7 @@ class FusionServer:
             "blocks": 0,
             "uploads": 0,
             "reads": 0,
+            "reads_in_place": 0,  # reads taken from the host's view of the buffer (runtime.host_span)
             "failed_blocks": 0,
             "jit_traces": 0,
             "jit_replays": 0,
@@ -693,9 +701,12 @@ class FusionServer:
         entry = self.handles.get(tid)
         shape, dtype = entry.ir.shape, entry.ir.dtype
         lo, hi = span_of(shape, entry.strides, entry.offset)
-        host = np.empty(hi - lo, dtype)
         if hi == lo:
-            return host, None, lambda: np.empty(shape, dtype)
+            return None, None, lambda: np.empty(shape, dtype)
+        span = self.runtime.host_span(entry.storage.buffer, (hi - lo) * dtype.itemsize)
+        if span is not None:
+            return self._read_in_place(entry, span[lo * dtype.itemsize:hi * dtype.itemsize].view(dtype), lo)
+        host = np.empty(hi - lo, dtype)
         event = self.runtime.download(host, entry.storage.buffer, lo * dtype.itemsize)
         if entry.contiguous:
             return host, event, lambda: host.reshape(shape)
@@ -706,6 +717,45 @@ class FusionServer:
             return np.lib.stride_tricks.as_strided(host[start:], shape, strides).copy()
 
         return host, event, finish
+
+    def _read_in_place(self, entry: Entry, span: np.ndarray, lo: int) -> tuple[None, cl.Event, Callable]:
+        """`read` for a buffer whose memory the host sees (runtime.host_span): an event
+        after the writer, and a `finish` that copies the values out of `span` (the
+        elements lo.. of the buffer). The storage is pinned until `finish` is collected
+        (PinLease): nothing recycles or writes its buffer in place meanwhile. The first
+        reads (runtime.host_reads_to_check) also take a read command and compare bytes."""
+        runtime = self.runtime
+        shape, storage = entry.ir.shape, entry.storage
+        self.counters["reads_in_place"] += 1
+        check = None
+        if runtime.host_reads_to_check > 0:
+            runtime.host_reads_to_check -= 1
+            check = np.empty(min(span.size, CHECKED_ELEMENTS), span.dtype)  # (the head: a long copy twice costs)
+            event = runtime.download(check, storage.buffer, lo * span.itemsize)
+        else:
+            event = runtime.marker()
+        if entry.contiguous:
+            def arranged(flat: np.ndarray) -> np.ndarray:
+                return flat.reshape(shape)
+        else:
+            strides = tuple(s * span.itemsize for s in entry.strides)
+            start = entry.offset - lo
+
+            def arranged(flat: np.ndarray) -> np.ndarray:
+                return np.lib.stride_tricks.as_strided(flat[start:], shape, strides)
+
+        def finish() -> np.ndarray:
+            if check is not None and not np.array_equal(span[:check.size].view(np.uint8), check.view(np.uint8)):
+                runtime.host_reads_differ(f"a read in place of {check.nbytes} bytes differed from the read command's")
+                return arranged(runtime.read_now(storage.buffer, lo * span.itemsize, span.size, span.dtype))
+            return arranged(span).copy()
+
+        lease = PinLease(finish, self.unpin_inbox.append)
+        lease.storage, lease.pinned = storage, False
+        self.leases[id(lease)] = lease
+        lease.pinned = True; storage.pins += 1  # noqa: E702 (one line: no tracer's event between)
+        self.pinned.add(storage)
+        return None, event, finish
 
     def resolve(self, tid: int):
         """The entry of `tid`, written (or enqueued) and pinned: its buffer is not recycled
@@ -733,8 +783,16 @@ class FusionServer:
         span, event = self.runtime.map(entry.storage.buffer, lo * itemsize, hi - lo, entry.ir.dtype)
         return entry.storage, span, event, entry.offset - lo
 
-    def unpin(self, storage: Storage) -> None:
-        storage.pins -= 1
+    def unpin(self, storage: Storage | PinLease) -> None:
+        if type(storage) is PinLease:  # (a read in place is done: see _read_in_place)
+            # Once, however often it is applied (the drain pops it after: an interrupt
+            # between the two applies it again), and not at all if cut before its pin.
+            lease, storage = storage, storage.storage
+            self.leases.pop(id(lease), None)
+            if lease.pinned:
+                lease.pinned = False; storage.pins -= 1  # noqa: E702 (one line: no tracer's event between)
+        else:
+            storage.pins -= 1
         if storage.pins <= 0:
             self.pinned.discard(storage)
         self.handles.release_if_unused(storage)

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import numpy as np
 import pyopencl as cl
 
 from ..errors import DeviceMemoryError
+
+try:
+    _SHARED = cl.svm_mem_flags.READ_WRITE | cl.svm_mem_flags.SVM_FINE_GRAIN_BUFFER
+except AttributeError:  # (a pyopencl built without shared virtual memory: DeviceRuntime asks none)
+    _SHARED = None
 
 
 def bucket_size(nbytes: int) -> int:
@@ -35,8 +41,16 @@ class BufferPool:
     freed: no reuse, no padding, so a memory checker sees every out-of-bounds access.
     """
 
-    def __init__(self, context: cl.Context, max_free_bytes: int, exact: bool = False):
+    def __init__(self, context: cl.Context, max_free_bytes: int, exact: bool = False,
+                 host_queue: cl.CommandQueue | None = None):
         self.context = context
+        # With `host_queue` (CPU devices with fine-grained buffer SVM, see
+        # DeviceRuntime.host_reads), every buffer is shared virtual memory wrapped as a
+        # buffer object: the host reads it in place once the device is done with it,
+        # without a read command. The memory is freed on that queue, after the commands
+        # that used it. Its bytes as a host array, by the buffer's id:
+        self.host_queue = None if exact else host_queue
+        self.host: dict[int, np.ndarray] = {}
         self.max_free_bytes = 0 if exact else max_free_bytes
         self.exact = exact
         self._free: OrderedDict[int, list[cl.Buffer]] = OrderedDict()
@@ -66,14 +80,22 @@ class BufferPool:
             self.watch(buf, nbytes)
         return buf
 
+    def _new_buffer(self, size: int) -> cl.Buffer:
+        if self.host_queue is None:
+            return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size)
+        host = cl.svm_empty(self.context, _SHARED, (size,), np.uint8, alignment=0, queue=self.host_queue)
+        buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR, hostbuf=host)
+        self.host[id(buf)] = host
+        return buf
+
     def _create(self, size: int) -> cl.Buffer:
         try:
-            buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size)
+            buf = self._new_buffer(size)
         except (cl.MemoryError, cl.LogicError, cl.RuntimeError) as first:
             # Free everything we keep and try once more before giving up.
             self.trim(0)
             try:
-                buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size)
+                buf = self._new_buffer(size)
             except (cl.MemoryError, cl.LogicError, cl.RuntimeError) as exc:
                 raise DeviceMemoryError(
                     f"device allocation of {size} bytes failed ({self.live_bytes} bytes live): {exc}"
@@ -115,7 +137,9 @@ class BufferPool:
         while self.free_bytes > keep_bytes and self._free:
             size, bucket = next(iter(self._free.items()))
             while bucket and self.free_bytes > keep_bytes:
-                bucket.pop().release()
+                buf = bucket.pop()
+                self.host.pop(id(buf), None)  # (its memory is freed on the queue, after its last user)
+                buf.release()
                 self.free_bytes -= size
             if not bucket:
                 del self._free[size]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import os
+import warnings
 import weakref
 from collections import OrderedDict
 
@@ -14,6 +15,7 @@ import pyopencl as cl
 from .device import DeviceInfo
 from .pool import BufferPool
 from .programs import ProgramCache
+from .waits import wait
 
 _live: weakref.WeakSet[DeviceRuntime] = weakref.WeakSet()
 # The functions pyopencl's enqueue_copy ends in for copies between a buffer and the host,
@@ -40,6 +42,40 @@ def _keep_contexts_past_exit() -> None:
 atexit.register(_keep_contexts_past_exit)
 
 
+# Reads in place checked against a read command, per device runtime (a driver's claim of
+# shared memory is checked on values, as qualification checks its kernels).
+HOST_READ_CHECKS = 8
+# Longer reads take a read command, whose copy the driver spreads over its threads:
+# `(x + 1.0).numpy()` on Intel's CPU runtime (2-core AMD EPYC, medians of 31, us): 2^10
+# floats 14.6 by command and 9.0 in place, 2^16 26.2 and 16.0, 2^18 53.4 and 45.9, 2^20
+# 132 and 139, 2^22 775 and 959 (PoCL 3.0: level throughout, within its noise).
+HOST_READ_MAX_BYTES = 1 << 20
+
+
+def host_reads_possible(info: DeviceInfo) -> bool:
+    """Whether reads take values from the host's view of a buffer instead of a read
+    command: a CPU device (its buffers are host memory) whose driver offers fine-grained
+    buffer SVM, which makes the host's view of shared memory coherent with the device's
+    at each completed command. Not for simulators (a memory checker sees plain buffers).
+
+    By default not on PoCL, where it does not pay: its read command costs what a marker
+    does. A 1024-element kernel and its read (a 2-core AMD EPYC, us): Intel's CPU runtime
+    13.7 by command, 6.8 in place; PoCL 3.0 27 and 26. A jitted 16-op chain on 1024
+    floats, built and read in loops of 30 (benchmarks.jit's loop timing, two runs each):
+    Intel's runtime 44.0, 31.6 by command against 28.3, 25.5 in place; PoCL 39.2, 52.6
+    against 40.7, 60.6. FUSION_HOST_READS=0 turns reads in place off, =1 on wherever the
+    driver offers such memory."""
+    asked = os.environ.get("FUSION_HOST_READS", "").strip()
+    if info.kind != "CPU" or info.is_simulator or asked == "0" or (info.is_pocl and asked != "1"):
+        return False
+    if getattr(cl, "svm_mem_flags", None) is None:
+        return False
+    try:
+        return bool(int(info.device.svm_capabilities) & int(cl.device_svm_capabilities.FINE_GRAIN_BUFFER))
+    except (cl.Error, AttributeError, TypeError, ValueError):
+        return False
+
+
 class DeviceRuntime:
     """Context, one in-order command queue (invariant 5), buffer pool, program cache."""
 
@@ -54,7 +90,11 @@ class DeviceRuntime:
         # Keep at most a quarter of the device's memory in free buffers.
         # FUSION_POOL=exact: exact-size buffers, never reused (for memory checkers).
         exact = os.environ.get("FUSION_POOL", "").strip().lower() == "exact"
-        self.pool = BufferPool(self.context, max(info.global_mem_bytes // 4, 1 << 20), exact)
+        self.host_reads = not exact and host_reads_possible(info)
+        self.pool = BufferPool(self.context, max(info.global_mem_bytes // 4, 1 << 20), exact,
+                               self.queue if self.host_reads else None)
+        # The first reads in place are checked against a read command (see host_span).
+        self.host_reads_to_check = HOST_READ_CHECKS
         self.programs = ProgramCache(self.context, dump_dir or os.environ.get("FUSION_DUMP_DIR"))
         self._meta: OrderedDict[bytes, cl.Buffer] = OrderedDict()
         # Work-items per work-group: CPUs run a work-group as a loop, so bigger groups
@@ -81,6 +121,27 @@ class DeviceRuntime:
         if _write_buffer is not None:
             return _write_buffer(self.queue, buf, host, 0, None, False)
         return cl.enqueue_copy(self.queue, buf, host, is_blocking=False)
+
+    def host_span(self, buf: cl.Buffer, nbytes: int) -> np.ndarray | None:
+        """The bytes of `buf` as a host array to read `nbytes` of in place, once a marker
+        enqueued after its writer has completed; None where the read takes a read command:
+        not a buffer of the pool's shared memory, reads in place turned off, or a read of
+        more than HOST_READ_MAX_BYTES."""
+        return self.pool.host.get(id(buf)) if self.host_reads and nbytes <= HOST_READ_MAX_BYTES else None
+
+    def host_reads_differ(self, what: str) -> None:
+        """A read in place gave other bytes than the read command beside it: every later
+        read takes a command."""
+        self.host_reads = False
+        warnings.warn(f"{self.info.label}: {what}; reads use read commands from now on "
+                      "(FUSION_HOST_READS=0 sets this from the start)", RuntimeWarning, stacklevel=2)
+
+    def read_now(self, buf: cl.Buffer, byte_offset: int, count: int, dtype: np.dtype) -> np.ndarray:
+        """`count` elements of `buf` from `byte_offset`, by a read command, waited for here
+        (outside the server lock only: the wait's guard checks)."""
+        host = np.empty(count, dtype)
+        wait(self.download(host, buf, byte_offset))
+        return host
 
     def download(self, host: np.ndarray, buf: cl.Buffer, byte_offset: int = 0) -> cl.Event:
         """Non-blocking copy from `buf` into `host`; wait on the event before reading it.
