@@ -147,6 +147,7 @@ def time_rounds(
     setup: dict[str, Callable[[], Any]] | None = None,
     repeats: dict[str, int] | None = None,
     apart: tuple[str, ...] = (),
+    burst: int = 1,
 ) -> dict[str, Timing]:
     """Time several variants in interleaved rounds (each round runs every variant once).
 
@@ -161,12 +162,16 @@ def time_rounds(
     GPU's switch from a CUDA context back to the OpenCL one cost the next variant 130 to
     170 us (NVIDIA's driver 580; a jitted 1024-element chain read 76 us alone, 246 us
     after a CUDA one), which no program using one of the two pays.
+    `burst`: each round runs each variant that many times in a row, and its sample is the
+    median of those calls: a call in a loop of its own, with the caches and the driver's
+    threads as the previous call left them (a single call per round follows the other
+    variants' work instead).
     """
     if any(name in variants for name in apart):
         kept = {name: fn for name, fn in variants.items() if name not in apart}
-        out = time_rounds(kept, repeat, warmup, setup, repeats)
+        out = time_rounds(kept, repeat, warmup, setup, repeats, burst=burst)
         out.update(time_rounds({name: fn for name, fn in variants.items() if name in apart},
-                               repeat, warmup, setup, repeats))
+                               repeat, warmup, setup, repeats, burst=burst))
         return {name: out[name] for name in variants}
     setup = setup or {}
     counts = {name: (repeats or {}).get(name, repeat) for name in variants}
@@ -178,8 +183,11 @@ def time_rounds(
     for r in range(max(counts.values(), default=0)):
         for name, fn in variants.items():
             if r < counts[name]:
-                setup.get(name, _nothing)()
-                out[name].samples.append(_timed(fn))
+                calls = []
+                for _ in range(burst):
+                    setup.get(name, _nothing)()
+                    calls.append(_timed(fn))
+                out[name].samples.append(statistics.median(calls))
     return out
 
 

@@ -8,7 +8,10 @@
 (c) The 16-op chain of benchmarks.elementwise_chain on 1024 float32 elements, build +
     read: jitted, not jitted, the hand-written kernel (one launch and a blocking read: the
     floor of the round trip), pyopencl.array (with its MemoryPool), PyTorch eager on the CPU
-    (when installed) and numpy, in interleaved rounds.
+    (when installed) and numpy, in interleaved rounds: one call of each variant per
+    round (each call after the other variants' work: cold caches, the driver's threads
+    asleep), and again in loops of LOOP calls (each round's sample the median of a loop:
+    a call as a program's loop makes it).
 (d) The same chain over --size elements (2^24 large): wall time of a jitted call and a
     wait, against the hand-written kernel's enqueue and finish.
 
@@ -36,6 +39,8 @@ from .recurring import _graph
 NAME = "jit"
 SMALL = 1024
 CALLS = 200  # calls per timed sample of the host-cost parts
+LOOP = 20  # calls in a row per round of part (c)'s loop timing
+PEERS = ("hand-written", "pyopencl.array", "numpy", "torch", "torch-cuda")
 
 
 def recurring_graph(samples: int) -> dict:
@@ -197,15 +202,20 @@ def small_chain(rounds: int) -> dict:
         variants[name] = torch_run
     timings = common.time_rounds(variants, rounds, warmup=3, apart=("torch-cuda",))
     out: dict = {"elements": SMALL, "variants": {k: t.to_dict() for k, t in timings.items()}, "torch": torch_note}
-    for name in ("jit", "lazy", "lazy, no run cache"):
-        for peer in ("hand-written", "pyopencl.array", "numpy", "torch", "torch-cuda"):
-            if peer in timings:
-                out[f"{name}_over_{peer}"] = common.ratio(timings[name], timings[peer])
+    out.update(_ratios(timings))
+    looped = common.time_rounds(variants, max(3, rounds // 10), warmup=3, apart=("torch-cuda",), burst=LOOP)
+    out["in_a_loop"] = {"calls": LOOP, "variants": {k: t.to_dict() for k, t in looped.items()}, **_ratios(looped)}
     # Python byte codes of one lazy build + read (the run cache replays it; without it
     # every op goes through the plan store): a count the machine's noise leaves alone.
     out["lazy_bytecodes"] = common.bytecodes(variants["lazy"])
     out["lazy_no_run_cache_bytecodes"] = common.bytecodes(lazy_plain)
     return out
+
+
+def _ratios(timings: dict) -> dict:
+    """Each of our variants' time over each peer's."""
+    return {f"{name}_over_{peer}": common.ratio(timings[name], timings[peer])
+            for name in ("jit", "lazy", "lazy, no run cache") for peer in PEERS if peer in timings}
 
 
 def large_chain(n: int, repeat: int) -> dict:
@@ -267,14 +277,16 @@ def summary_rows(result: dict) -> list[list[Any]]:
     ]
     for r in o["calls"].values():
         rows.append([f"jit call of {r['kernels']} kernels: CPU us (wall us {r['wall_us']:.1f})", r["cpu_us"], "us"])
-    for name, v in s["variants"].items():
-        rows.append([f"16-op chain x{s['elements']}, {name}", common.us(v["median_s"]), "us"])
-    for key in ("jit_over_hand-written", "jit_over_pyopencl.array", "lazy_over_pyopencl.array",
-                "lazy, no run cache_over_pyopencl.array", "lazy_over_torch", "lazy_over_torch-cuda", "jit_over_torch",
-                "jit_over_torch-cuda", "jit_over_numpy"):
-        if key in s:
-            rows.append([f"16-op chain x{s['elements']}: {key.replace('_over_', ' / ')} (time)",
-                         s[key]["of_medians"], "x"])
+    loop = s.get("in_a_loop", {"variants": {}})
+    for timed, how in ((s, "one call per round"), (loop, f"in loops of {loop.get('calls')}")):
+        for name, v in timed["variants"].items():
+            rows.append([f"16-op chain x{s['elements']}, {name} ({how})", common.us(v["median_s"]), "us"])
+        for key in ("jit_over_hand-written", "jit_over_pyopencl.array", "lazy_over_pyopencl.array",
+                    "lazy, no run cache_over_pyopencl.array", "lazy_over_torch", "lazy_over_torch-cuda",
+                    "jit_over_torch", "jit_over_torch-cuda", "jit_over_numpy"):
+            if key in timed:
+                rows.append([f"16-op chain x{s['elements']}: {key.replace('_over_', ' / ')} (time, {how})",
+                             timed[key]["of_medians"], "x"])
     rows.append([f"16-op chain x{s['elements']}, lazy: Python bytecodes", s["lazy_bytecodes"], ""])
     rows.append([f"16-op chain x{s['elements']}, lazy, no run cache: Python bytecodes",
                  s["lazy_no_run_cache_bytecodes"], ""])

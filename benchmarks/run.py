@@ -99,6 +99,14 @@ TARGETS = [
      ("jit", "small_chain", "lazy, no run cache_over_pyopencl.array"), "<=", None),
     ("16-op chain x1024: jit / torch CPU (time)", ("jit", "small_chain", "jit_over_torch"), "<=", 1.0),
     ("16-op chain x1024: jit / torch CUDA (time)", ("jit", "small_chain", "jit_over_torch-cuda"), "<=", 1.0),
+    ("16-op chain x1024 in a loop: jit / pyopencl.array (time)",
+     ("jit", "small_chain", "in_a_loop", "jit_over_pyopencl.array"), "<=", 0.15),
+    ("16-op chain x1024 in a loop: lazy / pyopencl.array (time)",
+     ("jit", "small_chain", "in_a_loop", "lazy_over_pyopencl.array"), "<=", 0.3),
+    ("16-op chain x1024 in a loop: jit / torch CPU (time)", ("jit", "small_chain", "in_a_loop", "jit_over_torch"),
+     "<=", 1.0),
+    ("16-op chain x1024 in a loop: jit / torch CUDA (time)",
+     ("jit", "small_chain", "in_a_loop", "jit_over_torch-cuda"), "<=", 1.0),
     ("16-op chain: jit vs hand-written (wall)", ("jit", "large_chain", "jit_vs_hand_written"), ">=", 0.9),
 ]
 
