@@ -575,7 +575,7 @@ class FusionClient:
         """The tensor's values on the host; the device wait happens outside the lock."""
         if _traced.tracing:
             _traced.refuse_read("reads a tensor's values")
-        _, event, finish = self.call(lambda server: server.read(tid), flushing=tid)
+        event, finish = self.call(lambda server: server.read(tid), flushing=tid)
         waits.wait(event, self.spin_seconds)
         return finish()
 

@@ -12,6 +12,8 @@ import weakref
 from collections.abc import Callable
 from operator import attrgetter
 
+import numpy as np
+
 from .errors import DroppedTensorError
 from .ir import _STRIDES, TensorIr, contiguous_strides, size_of
 
@@ -91,6 +93,15 @@ def pending_entry(ir: TensorIr, nbytes: int, stream: int) -> Entry:
     e.readers = 0
     e.contiguous = True
     return e
+
+
+def laid_out(entry: Entry, flat: np.ndarray, lo: int) -> np.ndarray:
+    """`entry`'s values as a view of `flat`, the elements lo.. of its buffer (span_of's
+    lo) on the host."""
+    if entry.contiguous:
+        return flat.reshape(entry.ir.shape)
+    strides = tuple(s * flat.itemsize for s in entry.strides)
+    return np.lib.stride_tricks.as_strided(flat[entry.offset - lo:], entry.ir.shape, strides)
 
 
 def span_of(shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> tuple[int, int]:

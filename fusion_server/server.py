@@ -46,6 +46,7 @@ from .handles import (
     HandleContainer,
     PinLease,
     Storage,
+    laid_out,
     pending_entry,
     span_of,
 )
@@ -132,10 +133,6 @@ def _env_int(name: str) -> int | None:
         return int(value)
     except ValueError:
         raise FusionError(f"{name}={value!r} is not an integer") from None
-
-
-# How much of a read in place is checked against a read command (runtime.host_reads_to_check).
-CHECKED_ELEMENTS = 1 << 14
 
 
 class FusionServer:
@@ -691,8 +688,8 @@ class FusionServer:
             raise TensorFailedError(f"tensor {tid} could not be computed: {err}", getattr(err, "root", None),
                                     getattr(err, "path", ())) from cause
 
-    def read(self, tid: int) -> tuple[np.ndarray, cl.Event | None, Callable[[], np.ndarray]]:
-        """Enqueue a copy of `tid` to the host: (host buffer, event, finish).
+    def read(self, tid: int) -> tuple[cl.Event | None, Callable[[], np.ndarray]]:
+        """Enqueue a copy of `tid` to the host: (event, finish).
 
         Wait on the event with the lock released, then call `finish()` for the array.
         """
@@ -702,60 +699,35 @@ class FusionServer:
         shape, dtype = entry.ir.shape, entry.ir.dtype
         lo, hi = span_of(shape, entry.strides, entry.offset)
         if hi == lo:
-            return None, None, lambda: np.empty(shape, dtype)
+            return None, lambda: np.empty(shape, dtype)
         span = self.runtime.host_span(entry.storage.buffer, (hi - lo) * dtype.itemsize)
         if span is not None:
             return self._read_in_place(entry, span[lo * dtype.itemsize:hi * dtype.itemsize].view(dtype), lo)
         host = np.empty(hi - lo, dtype)
         event = self.runtime.download(host, entry.storage.buffer, lo * dtype.itemsize)
-        if entry.contiguous:
-            return host, event, lambda: host.reshape(shape)
-        strides = tuple(s * dtype.itemsize for s in entry.strides)
-        start = entry.offset - lo
+        if entry.contiguous:  # (the host array, reshaped, is the result)
+            return event, lambda: host.reshape(shape)
+        return event, lambda: laid_out(entry, host, lo).copy()
 
-        def finish() -> np.ndarray:
-            return np.lib.stride_tricks.as_strided(host[start:], shape, strides).copy()
-
-        return host, event, finish
-
-    def _read_in_place(self, entry: Entry, span: np.ndarray, lo: int) -> tuple[None, cl.Event, Callable]:
+    def _read_in_place(self, entry: Entry, span: np.ndarray, lo: int) -> tuple[cl.Event, Callable]:
         """`read` for a buffer whose memory the host sees (runtime.host_span): an event
         after the writer, and a `finish` that copies the values out of `span` (the
-        elements lo.. of the buffer). The storage is pinned until `finish` is collected
-        (PinLease): nothing recycles or writes its buffer in place meanwhile. The first
-        reads (runtime.host_reads_to_check) also take a read command and compare bytes."""
-        runtime = self.runtime
-        shape, storage = entry.ir.shape, entry.storage
+        elements lo.. of the buffer), once the runtime trusts them. The storage is pinned
+        until `finish` is collected (PinLease): nothing recycles or writes its buffer in
+        place meanwhile."""
+        runtime, storage = self.runtime, entry.storage
         self.counters["reads_in_place"] += 1
-        check = None
-        if runtime.host_reads_to_check > 0:
-            runtime.host_reads_to_check -= 1
-            check = np.empty(min(span.size, CHECKED_ELEMENTS), span.dtype)  # (the head: a long copy twice costs)
-            event = runtime.download(check, storage.buffer, lo * span.itemsize)
-        else:
-            event = runtime.marker()
-        if entry.contiguous:
-            def arranged(flat: np.ndarray) -> np.ndarray:
-                return flat.reshape(shape)
-        else:
-            strides = tuple(s * span.itemsize for s in entry.strides)
-            start = entry.offset - lo
-
-            def arranged(flat: np.ndarray) -> np.ndarray:
-                return np.lib.stride_tricks.as_strided(flat[start:], shape, strides)
+        event, check = runtime.host_read_event(storage.buffer, lo * span.itemsize, span)
 
         def finish() -> np.ndarray:
-            if check is not None and not np.array_equal(span[:check.size].view(np.uint8), check.view(np.uint8)):
-                runtime.host_reads_differ(f"a read in place of {check.nbytes} bytes differed from the read command's")
-                return arranged(runtime.read_now(storage.buffer, lo * span.itemsize, span.size, span.dtype))
-            return arranged(span).copy()
+            return laid_out(entry, runtime.trusted(span, check, storage.buffer, lo * span.itemsize), lo).copy()
 
         lease = PinLease(finish, self.unpin_inbox.append)
         lease.storage, lease.pinned = storage, False
         self.leases[id(lease)] = lease
         lease.pinned = True; storage.pins += 1  # noqa: E702 (one line: no tracer's event between)
         self.pinned.add(storage)
-        return None, event, finish
+        return event, finish
 
     def resolve(self, tid: int):
         """The entry of `tid`, written (or enqueued) and pinned: its buffer is not recycled

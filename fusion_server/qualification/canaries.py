@@ -189,7 +189,7 @@ class DeviceOps:
         return Ref(out.id)
 
     def read(self, tid: int) -> np.ndarray:
-        host, event, finish = self.server.read(tid)
+        event, finish = self.server.read(tid)
         waits.wait(event)
         return finish()
 

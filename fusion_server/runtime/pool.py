@@ -44,12 +44,12 @@ class BufferPool:
     def __init__(self, context: cl.Context, max_free_bytes: int, exact: bool = False,
                  host_queue: cl.CommandQueue | None = None):
         self.context = context
-        # With `host_queue` (CPU devices with fine-grained buffer SVM, see
-        # DeviceRuntime.host_reads), every buffer is shared virtual memory wrapped as a
+        # With `host_queue` (CPU devices with fine-grained buffer SVM, not with `exact`:
+        # see DeviceRuntime.host_reads), every buffer is shared virtual memory wrapped as a
         # buffer object: the host reads it in place once the device is done with it,
         # without a read command. The memory is freed on that queue, after the commands
         # that used it. Its bytes as a host array, by the buffer's id:
-        self.host_queue = None if exact else host_queue
+        self.host_queue = host_queue
         self.host: dict[int, np.ndarray] = {}
         self.max_free_bytes = 0 if exact else max_free_bytes
         self.exact = exact
