@@ -76,6 +76,13 @@ MAX_PENDING_DROPS = 256  # registering drains dropped ids only past this many
 # runtime on a 2-core Zen 4 gained (0.86 to 0.94 against 0.57 to 0.74, p99 150 us).
 INBOX_BATCH = 64
 INBOX_MAX = 4096
+# A thread whose queue holds a batch and failed to take the lock tries again BATCH_RETRY
+# ops later. A lock that looks free may not be: a thread blocked on it is handed it by the operating
+# system as it is released, and marks it taken only once it has the GIL back, which the
+# recording thread holds for up to a switch interval (5 ms). Tried at every op, the
+# recording thread failed to take it 2,553 times in 2,556 while 8 threads recorded 3,000
+# ops each (Intel's CPU runtime, a 2-core AMD EPYC), about 1 us each.
+BATCH_RETRY = 8
 # A thread recording alone (no other thread has a queue) takes the lock once per
 # LONE_BATCH ops instead: fewer, longer runs for the run cache, whose work per batch is
 # partly fixed. The 2,048-op chain with launches (benchmarks.host_cost, PoCL 3.0): on Zen
@@ -157,6 +164,7 @@ class FusionClient:
         # across queues.
         self.queues: dict[int, deque] = {}
         self.batch_ops = INBOX_BATCH  # ops a batch registers: LONE_BATCH while one thread records
+        self._retry_at: dict[int, int] = {}  # per thread: the queue's length at which the batch call is tried again
         self._sequence = itertools.count()
         channel = os.environ.get("FUSION_CHANNEL", "").strip() or CHANNELS[0]
         if channel not in CHANNELS:
@@ -217,6 +225,7 @@ class FusionClient:
                         self._register_queue(sid, queue)
                     if queue is not None and not queue:
                         del self.queues[sid]  # (its id may serve a new thread, which marks itself)
+                        self._retry_at.pop(sid, None)
                         self._size_batches()
                 server.flush_ended_streams()
             finally:
@@ -478,15 +487,19 @@ class FusionClient:
             self.server.mark_thread(me)
         queue.append((next(self._sequence), op) + reads)
         n = len(queue)
-        if n >= self.batch_ops:
+        batch = self.batch_ops
+        if n >= batch:
             if n >= INBOX_MAX:
                 self.call(_nothing, flushing=BATCH)
-            elif not self._lock.locked():  # (checked here first: a long queue meets a held lock at every op)
-                self._batch_if_free(me)
+            # (the lock checked here first: a long queue meets a held lock at every op;
+            # after a failed try, tried again BATCH_RETRY ops later: see there)
+            elif not self._lock.locked() and n >= self._retry_at.get(me, 0) and not self._batch_if_free(me):
+                self._retry_at[me] = n + BATCH_RETRY
 
-    def _batch_if_free(self, me: int) -> None:
+    def _batch_if_free(self, me: int) -> bool:
         """The batch call of a thread whose queue holds a batch: registered now if the lock
-        is free, else left queued for the thread's next locked section, without waiting.
+        is free, else left queued for the thread's next locked section, without waiting
+        (False).
         Why never wait: a thread blocked on the lock is handed it by the operating system
         when it is released, before that thread has the GIL back; the recording thread
         that holds the GIL and saw the lock free then found it taken, blocked in turn, and
@@ -498,7 +511,9 @@ class FusionClient:
             # (One line: a tracer's line event at the next would come before the release.)
             with self._lock_if_free as got, (self._lock_held if got else NOT_HELD): job = got and self._batch(me)
             if not job:
-                return
+                if got:
+                    self._retry_at.pop(me, None)
+                return got
             job.run()  # outside the lock; then the batch again, if the lock is free
 
     def _section(self, me: int, fn: Callable[..., T], args: tuple, drain_after: bool,
@@ -507,6 +522,8 @@ class FusionClient:
         its caller took: (fn's result, None), or (None, the build job a kernel needs first)."""
         try:
             self._owner = me
+            if self._retry_at:  # (this section registers the queue: a batch is tried at its size again)
+                self._retry_at.pop(me, None)
             queue = self.queues.get(me)
             if flushing is not None and queue:
                 if flushing == BATCH or len(queue) >= self.batch_ops:
