@@ -494,8 +494,10 @@ class FusionClient:
             if n >= INBOX_MAX:
                 self.call(_nothing, flushing=BATCH)
             # (the lock checked here first: a long queue meets a held lock at every op;
-            # after a failed try, tried again BATCH_RETRY ops later: see there)
-            elif not self._lock.locked() and n >= self._retry_at.get(me, 0) and not self._batch_if_free(me):
+            # after a failed try, tried again BATCH_RETRY ops later, or at once if the
+            # queue was registered meanwhile and is a batch again: see BATCH_RETRY)
+            elif not self._lock.locked() and not 0 < self._retry_at.get(me, 0) - n <= BATCH_RETRY \
+                    and not self._batch_if_free(me):
                 self._retry_at[me] = n + BATCH_RETRY
 
     def _batch_if_free(self, me: int) -> bool:
@@ -513,7 +515,7 @@ class FusionClient:
             # (One line: a tracer's line event at the next would come before the release.)
             with self._lock_if_free as got, (self._lock_held if got else NOT_HELD): job = got and self._batch(me)
             if not job:
-                return got  # (taken: its section forgot the thread's retry length)
+                return got
             job.run()  # outside the lock; then the batch again, if the lock is free
 
     def _section(self, me: int, fn: Callable[..., T], args: tuple, drain_after: bool,
@@ -522,8 +524,6 @@ class FusionClient:
         its caller took: (fn's result, None), or (None, the build job a kernel needs first)."""
         try:
             self._owner = me
-            if self._retry_at:  # (this section registers the queue: a batch is tried at its size again)
-                self._retry_at.pop(me, None)
             queue = self.queues.get(me)
             if flushing is not None and queue:
                 if flushing == BATCH or len(queue) >= self.batch_ops:
