@@ -489,8 +489,7 @@ class FusionClient:
             self.server.mark_thread(me)
         queue.append((next(self._sequence), op) + reads)
         n = len(queue)
-        batch = self.batch_ops
-        if n >= batch:
+        if n >= self.batch_ops:
             if n >= INBOX_MAX:
                 self.call(_nothing, flushing=BATCH)
             # (the lock checked here first: a long queue meets a held lock at every op;

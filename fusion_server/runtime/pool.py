@@ -9,10 +9,10 @@ import pyopencl as cl
 
 from ..errors import DeviceMemoryError
 
-try:
-    _SHARED = cl.svm_mem_flags.READ_WRITE | cl.svm_mem_flags.SVM_FINE_GRAIN_BUFFER
-except AttributeError:  # (a pyopencl built without shared virtual memory: DeviceRuntime asks none)
-    _SHARED = None
+try:  # the flags of the shared memory behind a pool's buffers for reads in place
+    SHARED_MEMORY = cl.svm_mem_flags.READ_WRITE | cl.svm_mem_flags.SVM_FINE_GRAIN_BUFFER
+except AttributeError:  # (a pyopencl built without shared virtual memory: no reads in place)
+    SHARED_MEMORY = None
 
 
 def bucket_size(nbytes: int) -> int:
@@ -83,7 +83,7 @@ class BufferPool:
     def _new_buffer(self, size: int) -> cl.Buffer:
         if self.host_queue is None:
             return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size)
-        host = cl.svm_empty(self.context, _SHARED, (size,), np.uint8, alignment=0, queue=self.host_queue)
+        host = cl.svm_empty(self.context, SHARED_MEMORY, (size,), np.uint8, alignment=0, queue=self.host_queue)
         buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR, hostbuf=host)
         self.host[id(buf)] = host
         return buf

@@ -13,7 +13,7 @@ import numpy as np
 import pyopencl as cl
 
 from .device import DeviceInfo
-from .pool import BufferPool
+from .pool import SHARED_MEMORY, BufferPool
 from .programs import ProgramCache
 from .waits import wait
 
@@ -70,7 +70,7 @@ def host_reads_possible(info: DeviceInfo) -> bool:
     asked = os.environ.get("FUSION_HOST_READS", "").strip()
     if info.kind != "CPU" or info.is_simulator or asked == "0" or (info.is_pocl and asked != "1"):
         return False
-    if getattr(cl, "svm_mem_flags", None) is None:
+    if SHARED_MEMORY is None:
         return False
     try:
         return bool(int(info.device.svm_capabilities) & int(cl.device_svm_capabilities.FINE_GRAIN_BUFFER))
