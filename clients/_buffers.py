@@ -3,8 +3,6 @@ devices (`host_view`), and imports (`from_cl`)."""
 
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 import pyopencl.array as cla
 
@@ -33,13 +31,13 @@ def resolve(x: Tensor) -> cla.Array:
         _traced.refuse_read("exports a tensor's buffer")
     client = x._client
 
-    def pin(server):
+    def leased(server):
         entry = server.resolve(x._id)
-        return entry.storage, array_of(server.ctx, entry)
+        array = array_of(server.ctx, entry)
+        server.lease(entry.storage, array)  # (the buffer is the array's until it is collected)
+        return array
 
-    storage, array = client.call(pin)
-    weakref.finalize(array, client.unpins.append, storage)
-    return array
+    return client.call(leased)
 
 
 def host_view(x: Tensor) -> np.ndarray:
@@ -54,15 +52,13 @@ def host_view(x: Tensor) -> np.ndarray:
                           "array of them is a copy (copy=False cannot hold)")
     if _traced.tracing:
         _traced.refuse_read("maps a tensor's buffer")
-    storage, span, event, start = client.call(lambda server: server.map_to_host(x._id))
+    span, event, start = client.call(lambda server: server.map_to_host(x._id))
     if span is None:
-        client.unpins.append(storage)
         return np.empty(x.shape, x.dtype)
     waits.wait(event, client.spin_seconds)  # (the device wait, with the lock released)
     strides = tuple(s * x.dtype.itemsize for s in x.strides_elements)
-    view = np.lib.stride_tricks.as_strided(span[start:], x.shape, strides)
-    weakref.finalize(span, client.unpins.append, storage)  # (the map ends with the last array over it)
-    return view
+    # (the map and the span's lease end with the last array over it)
+    return np.lib.stride_tricks.as_strided(span[start:], x.shape, strides)
 
 
 def from_cl(array: cla.Array, device=None) -> Tensor:

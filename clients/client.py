@@ -155,7 +155,7 @@ class FusionClient:
         # Every handle's DropRef calls this one bound method: a new one per handle would be
         # one more object for the cyclic collector per op (see tensor.track).
         self.drop_callback = self.drops.append
-        self.unpins: deque = server.unpin_inbox  # storages whose resolved arrays or captures were collected
+        self.unpins: deque = server.unpin_inbox  # leases whose holders were collected (reads, exports, captures)
         self._lock = threading.Lock()
         self._lock_if_free, self._lock_held = _lock_if_free(self._lock)  # (the batch call's: see there)
         self._owner: int | None = None  # the thread holding the lock

@@ -21,7 +21,6 @@ with the outputs' entries made first: no op, no fuser, no plan store, one locked
 from __future__ import annotations
 
 import itertools
-import weakref
 from collections.abc import Callable
 from operator import itemgetter, not_
 from typing import Any
@@ -55,10 +54,17 @@ else:  # (pyopencl before 2022)
     _set_memory_args = _set_scalar_args = _set_args_one_by_one
 
 
+class Keeper:
+    """What the leases on a capture's constants hold on to (FusionServer.lease): the
+    tape has it while tracing, the Capture for its life."""
+
+    __slots__ = ("__weakref__",)
+
+
 class Tape:
     """What one capturing stream enqueued, each argument with its source (module docstring)."""
 
-    def __init__(self, name: str, inputs: list[Entry], generation: int, pin: Callable[[Storage], None]):
+    def __init__(self, name: str, inputs: list[Entry], generation: int, lease: Callable[[Storage, object], Any]):
         self.name = name
         self.generation = generation  # the server's: settings changed since, the tape is void
         self.inputs = inputs
@@ -71,13 +77,13 @@ class Tape:
         for k, e in enumerate(inputs):
             if e.storage.buffer is not None:
                 self.input_of.setdefault(id(e.storage.buffer), k)
-        self._pin = pin
+        self._lease = lease  # the server's: pins a storage until its holder is collected
         self.input_storages = {id(e.storage) for e in inputs}
         # Buffers of inputs a block may write its output into (see BlockContext.may_donate):
         # an output written so is the input's buffer taken over, at every replay.
         self.donatable: set[int] = set()
         self.taken: set[int] = set()  # the inputs whose buffers a block took over
-        self.held: list[Entry] = list(inputs)  # the inputs whose storages the capture pins meanwhile
+        self.held: list = []  # leases on the inputs' storages while the call is traced (held by the tape)
         self.run = False  # the run cache's (see FusionServer.begin_capture)
         # Tensors that existed before the call and share an input's buffer (the argument
         # itself under another name, another view of it): what reads them reads a constant
@@ -90,7 +96,10 @@ class Tape:
         self.slot_nbytes: list[int] = []
         self.keep: list = []  # every buffer and traced value seen: their ids stay theirs
         self.const_ids: set[int] = set()
-        self.pinned: list[Storage] = []
+        # Leases on the constants' storages, held by `keeper`, which the Capture keeps:
+        # they end when both tape and capture are gone (or when the tape is given up).
+        self.pinned: list = []
+        self.keeper = Keeper()
         self.scalar_of: dict[int, int] = {}  # id(numpy value) -> traced scalar number
         self.scalars: list[tuple[Any, np.dtype]] = []  # (traced scalar, dtype), in first use order
         self.steps: list[list] = []
@@ -188,13 +197,12 @@ class Tape:
         pinned (never recycled, whatever becomes of the tensor)."""
         key = id(buffer)
         if key in self.const_ids:
-            return next((st for st in self.pinned if st.buffer is buffer), None)
+            return next((lease.storage for lease in self.pinned if lease.storage.buffer is buffer), None)
         self.const_ids.add(key)
         self.keep.append(buffer)
         for e in entries.values():
             if e.storage.buffer is buffer:
-                self._pin(e.storage)
-                self.pinned.append(e.storage)
+                self.pinned.append(self._lease(e.storage, self.keeper))
                 return e.storage
         return None
 
@@ -202,7 +210,7 @@ class Tape:
 class Capture:
     """A finished tape: what a replay enqueues, and where its outputs live."""
 
-    def __init__(self, tape: Tape, outputs: list[tuple], arg_types: dict, drop_pins: Callable[[list], None]):
+    def __init__(self, tape: Tape, outputs: list[tuple], arg_types: dict):
         self.name = tape.name
         self.note = f"replayed by clients.jit: {tape.name}"  # (inspect()'s explanation of its launches)
         self.generation = tape.generation
@@ -230,9 +238,7 @@ class Capture:
         self.steps = [self._compile(step, arg_types) for step in tape.steps]
         self.arg_numbers = range(1 + max((len(step[4]) for step in tape.steps if step[0] == KERNEL), default=0))
         self.launches = sum(1 for step in tape.steps if step[-1] is not None)
-        self.pinned = tape.pinned
-        if self.pinned:
-            weakref.finalize(self, drop_pins, list(self.pinned))
+        self.keeper = tape.keeper  # (its constants' leases end once this and the tape are collected)
 
     def _compile(self, step: list, arg_types: dict) -> tuple:
         record = step[-1]

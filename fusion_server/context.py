@@ -148,11 +148,6 @@ class BlockContext:
         storage.buffer = self.pool.alloc(storage.nbytes)
         return storage.buffer
 
-    def pin(self, storage: Storage) -> None:
-        """Keep `storage`'s buffer whatever becomes of its tensors (until unpinned)."""
-        storage.pins += 1
-        self.pinned.add(storage)
-
     def may_donate(self, storage: Storage) -> bool:
         """Whether a block may write its output into `storage`'s buffer (in-place reuse):
         while capturing, only into a buffer of the capture's own (a constant it reads by

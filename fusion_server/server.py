@@ -201,8 +201,8 @@ class FusionServer:
         self.running_ahead: dict[int, ReduceOp] = {}  # reductions run ahead of their stream's queue
         self.reductions: dict[tuple, int] = {}  # a reduction's signature -> the id of its latest result
         self.pinned: set[Storage] = self.ctx.pinned  # storages whose buffers resolved arrays and captures hold
-        self.unpin_inbox: deque[Storage | PinLease] = deque()  # storages to unpin, pushed without the lock
-        self.leases: dict[int, PinLease] = {}  # the pins of reads in place, until their callbacks queue them
+        self.unpin_inbox: deque[PinLease] = deque()  # leases whose holders were collected, pushed without the lock
+        self.leases: dict[int, PinLease] = {}  # every pin, until it ends (see `lease`)
         # Ids whose handles died before their op reached the server (see drain_drops).
         self.early_drops: set[int] = set()
         # Per stream, the last output id registered: an op seen again (its caller was
@@ -722,52 +722,64 @@ class FusionServer:
         def finish() -> np.ndarray:
             return laid_out(entry, runtime.trusted(span, check, storage.buffer, lo * span.itemsize), lo).copy()
 
-        lease = PinLease(finish, self.unpin_inbox.append)
+        self.lease(storage, finish)
+        return event, finish
+
+    # -- pins -----------------------------------------------------------------------------
+    # Every pin is a PinLease on an object that holds the buffer outside the entries (a
+    # read's `finish`, a resolved array, a host map, a capture's keeper, a trace's tape):
+    # when that object is collected, the lease's callback (C code, no Python frame)
+    # queues it for the next locked section to unpin. A finalizer in Python would run a
+    # frame that a signal handler's exception can cut, losing the unpin for good.
+    def lease(self, storage: Storage, holder: object) -> PinLease:
+        """Pin `storage` until `holder` is collected or the lease is unpinned, whichever
+        comes first. An interrupt anywhere leaves no pin without its lease: the lease is
+        kept (in `leases`) before the pin, and the pin is taken and noted in one line."""
+        lease = PinLease(holder, self.unpin_inbox.append)
         lease.storage, lease.pinned = storage, False
         self.leases[id(lease)] = lease
         lease.pinned = True; storage.pins += 1  # noqa: E702 (one line: no tracer's event between)
         self.pinned.add(storage)
-        return event, finish
+        return lease
 
-    def resolve(self, tid: int):
-        """The entry of `tid`, written (or enqueued) and pinned: its buffer is not recycled
-        until `unpin` is called for its storage, even after the tensor is dropped."""
+    def unpin(self, lease: PinLease) -> None:
+        """End `lease`'s pin: once, however often it is applied (the drain pops a queued
+        lease after applying it: an interrupt between the two applies it again; a lease
+        ended directly is queued again when its holder dies), and not at all if its pin
+        was never taken (an interrupt cut the lease's making first)."""
+        storage = lease.storage
+        self.leases.pop(id(lease), None)
+        if lease.pinned:
+            lease.pinned = False; storage.pins -= 1  # noqa: E702 (one line: no tracer's event between)
+        if storage.pins <= 0:
+            self.pinned.discard(storage)
+        self.handles.release_if_unused(storage)
+
+    def resolve(self, tid: int) -> Entry:
+        """The entry of `tid`, written (or enqueued), with a buffer (allocated now for a
+        value nobody needed yet). The caller leases its storage for what it hands out."""
         self.ensure_written(tid)
         entry = self.handles.get(tid)
         if entry.storage.buffer is None:  # size 0, or a value nobody else needed yet
             self.ctx.allocate(entry.storage)
-        entry.storage.pins += 1
-        self.pinned.add(entry.storage)
         return entry
 
-    def map_to_host(self, tid: int) -> tuple[Storage, np.ndarray | None, cl.Event | None, int]:
-        """`tid`'s buffer mapped to the host, pinned as `resolve` pins it: (storage, the
-        mapped span of elements its layout touches, event, where its first element is in
-        that span). None and None for a tensor of no elements. Only for CPU devices,
-        whose buffers are host memory (elsewhere a map is a copy)."""
+    def map_to_host(self, tid: int) -> tuple[np.ndarray | None, cl.Event | None, int]:
+        """`tid`'s buffer mapped to the host: (the mapped span of elements its layout
+        touches, event, where its first element is in that span); the span holds a lease
+        on the storage, so the buffer is not recycled while an array over it lives. None
+        and None for a tensor of no elements. Only for CPU devices, whose buffers are host
+        memory (elsewhere a map is a copy)."""
         if self.info.kind != "CPU":
             raise FusionError(f"device {self.info.name!r} keeps its buffers in its own memory: no map without a copy")
         entry = self.resolve(tid)
         lo, hi = span_of(entry.ir.shape, entry.strides, entry.offset)
         if hi == lo:
-            return entry.storage, None, None, 0
+            return None, None, 0
         itemsize = entry.ir.dtype.itemsize
         span, event = self.runtime.map(entry.storage.buffer, lo * itemsize, hi - lo, entry.ir.dtype)
-        return entry.storage, span, event, entry.offset - lo
-
-    def unpin(self, storage: Storage | PinLease) -> None:
-        if type(storage) is PinLease:  # (a read in place is done: see _read_in_place)
-            # Once, however often it is applied (the drain pops it after: an interrupt
-            # between the two applies it again), and not at all if cut before its pin.
-            lease, storage = storage, storage.storage
-            self.leases.pop(id(lease), None)
-            if lease.pinned:
-                lease.pinned = False; storage.pins -= 1  # noqa: E702 (one line: no tracer's event between)
-        else:
-            storage.pins -= 1
-        if storage.pins <= 0:
-            self.pinned.discard(storage)
-        self.handles.release_if_unused(storage)
+        self.lease(entry.storage, span)
+        return span, event, entry.offset - lo
 
     def check_expression(self, op: cg.TraceOp, n_inputs: int, n_scalars: int) -> str:
         """Whether custom element-wise `op` builds on this device: '' if it does, else the
@@ -801,20 +813,17 @@ class FusionServer:
         self.flush_stream(stream_id, f"a clients.jit trace of {name} begins")
         if any(e.storage.status == FAILED for e in ins):
             return None
-        tape = cap.Tape(name, ins, self.generation, self.ctx.pin)
+        tape = cap.Tape(name, ins, self.generation, self.lease)
         tape.run = run
         inputs = set(input_ids)
         tape.foreign = {tid for tid, e in self.handles.entries.items()
                         if id(e.storage) in tape.input_storages and tid not in inputs}
         tape.donatable = {id(ins[k].storage.buffer) for k in dying}
-        # A trace's inputs are pinned: their buffers stay theirs while the traced function
-        # runs, whatever it drops. A run's capture lives in this one locked section, where
-        # no drop is applied, so its inputs need no pins, and none can leak: an interrupt
-        # between pinning (or unpinning) and noting it lost pins the recovery cannot find
-        # (the interrupt fuzzer found it, once batches were captured and given up often).
-        tape.held = [] if run else [e for k, e in enumerate(ins) if k not in dying]
-        for e in tape.held:
-            self.ctx.pin(e.storage)
+        # A trace's inputs are pinned (leases the tape holds: a tape an interrupt loses
+        # unpins them as it is collected): their buffers stay theirs while the traced
+        # function runs, whatever it drops. A run's capture lives in this one locked
+        # section, where no drop is applied: its inputs need no pins.
+        tape.held = [] if run else [self.lease(e.storage, tape) for k, e in enumerate(ins) if k not in dying]
         self.tapes[stream_id] = tape
         stream = self.streams.get(stream_id)
         if stream is not None:
@@ -861,8 +870,8 @@ class FusionServer:
             self._unpin_tape(tape)
             return None
         self.counters[counter] += 1
-        capture = cap.Capture(tape, outputs, self.runtime.programs.arg_types, self.drop_pins)
-        tape.pinned = []  # (the capture's now: unpinned when it is collected)
+        capture = cap.Capture(tape, outputs, self.runtime.programs.arg_types)
+        tape.pinned = []  # (the capture's now, through the keeper: unpinned once it is collected)
         return capture
 
     def abort_capture(self, stream_id: int, tape: cap.Tape) -> None:
@@ -871,9 +880,9 @@ class FusionServer:
         self._unpin_tape(tape)
 
     def _unpin_tape(self, tape: cap.Tape) -> None:
-        pinned, tape.pinned = tape.pinned, []  # (once: abort may follow end)
-        for st in pinned:
-            self.unpin(st)
+        pinned, tape.pinned = tape.pinned, []  # (once: abort may follow end; any cut short end with the tape)
+        for lease in pinned:
+            self.unpin(lease)
 
     def _stop_capture(self, stream_id: int, tape: cap.Tape) -> None:
         if self.tapes.get(stream_id) is tape:
@@ -881,8 +890,8 @@ class FusionServer:
             stream = self.streams.get(stream_id)
             if stream is not None:
                 stream.tape = None
-            for e in tape.held:
-                self.unpin(e.storage)
+            for lease in tape.held:  # (any an interrupt skips end with the tape)
+                self.unpin(lease)
         self.ctx.stop_following(tape)
 
     def replay(self, capture: cap.Capture, input_ids: list[int], scalars: list, out_irs: list[TensorIr],
@@ -1108,11 +1117,6 @@ class FusionServer:
         for e in entries:
             if e.storage.status == PENDING:
                 self.flush_stream(e.storage.stream, why)
-
-    def drop_pins(self, storages: list[Storage]) -> None:
-        """Unpin `storages` at the next locked section (called without the lock, by a
-        capture's finalizer)."""
-        self.unpin_inbox.extend(storages)
 
 
     def sync(self, stream_id: int) -> cl.Event:

@@ -595,6 +595,57 @@ def test_a_lost_signal_at_handle_death_loses_no_drop(baseline):
     assert clients.stats()["buffers_live"] == baseline
 
 
+def _interrupting_at_first_call(raised: list[str]):
+    """A profile hook that raises KeyboardInterrupt at the first Python function entered
+    (as a signal handler's exception is raised at a function's entry), noting its name
+    in `raised`."""
+    def hook(frame, event, arg):
+        if event == "call" and not raised:
+            raised.append(frame.f_code.co_qualname)
+            raise KeyboardInterrupt
+
+    return hook
+
+
+def _hold_a_buffer(kind: str, x: clients.Tensor):
+    """Something that holds x's buffer outside the entries: what `kind` names."""
+    if kind == "a resolved array":
+        return clients.resolve(x)
+    if kind == "a host map":
+        return np.from_dlpack(x, copy=False)
+    f = clients.jit(lambda y: y + x)  # a capture's constant: x, read by reference
+    f(clients.asarray(np.zeros(x.shape, x.dtype))).numpy()
+    return f
+
+
+@pytest.mark.parametrize("kind", ["a resolved array", "a host map", "a capture's constant"])
+def test_an_interrupt_as_a_buffers_holder_is_collected_loses_no_unpin(client, baseline, kind):
+    """A pin ends through a C callback when what holds the buffer is collected (a lease):
+    no Python code runs there, so an interrupt at that moment cannot cut the unpin short
+    (with a finalizer in Python it was lost, and the buffer with it)."""
+    if kind == "a host map" and client.server.info.kind != "CPU":
+        pytest.skip("host maps are for CPU devices")
+    a = rand((8, 16), seed=3)
+    x = clients.asarray(a) * 2.0
+    holder = _hold_a_buffer(kind, x)
+    tid = x._id
+    storage = client.call(lambda server: server.handles.get(tid).storage)
+    assert storage.pins == 1 and len(client.server.leases) == 1
+    del x
+    gc.collect()
+    assert client.call(lambda server: storage.buffer) is not None  # (the holder's now)
+    raised: list[str] = []
+    sys.setprofile(_interrupting_at_first_call(raised))
+    try:
+        del holder
+    finally:
+        sys.setprofile(None)
+    settle()
+    assert storage.pins == 0 and not client.server.leases, f"an unpin was lost (interrupted in {raised})"
+    assert clients.stats()["buffers_live"] == baseline
+    assert raised == [], f"Python code ran as the holder was collected: {raised}"
+
+
 def test_a_block_run_around_a_failed_input_is_not_stopped_half_done_by_a_build(client, monkeypatch):
     """A block with a failed input fails the values that depend on it and computes the
     rest, whose kernel may not be built yet. That build must not stop the block once it
