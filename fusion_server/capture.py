@@ -194,7 +194,8 @@ class Tape:
 
     def hold(self, buffer: Any, entries: dict) -> Storage | None:
         """Keep a constant buffer for the capture's life: its storage, if a tensor's, is
-        pinned (never recycled, whatever becomes of the tensor)."""
+        pinned (never recycled, whatever becomes of the tensor); a run's tape that meets
+        a tensor's buffer here is broken instead."""
         key = id(buffer)
         if key in self.const_ids:
             return next((lease.storage for lease in self.pinned if lease.storage.buffer is buffer), None)
@@ -202,6 +203,12 @@ class Tape:
         self.keep.append(buffer)
         for e in entries.values():
             if e.storage.buffer is buffer:
+                if self.run:
+                    # A run's blocks read tensors through its inputs alone. One read by
+                    # reference (seen only after an interrupt's recovery reshuffled the
+                    # queues) could be another value at the next replay: not captured.
+                    self.broken = self.broken or f"a block reads tensor {e.ir.id}, not one of the run's inputs"
+                    return None
                 self.pinned.append(self._lease(e.storage, self.keeper))
                 return e.storage
         return None

@@ -998,3 +998,33 @@ def test_outliving_counts_the_references_beyond_the_queue():
     assert runs.outliving(handles, held) == [True, False, True, False]
     assert runs.outliving(handles, held, base=1 << 30) == [False] * 4
     del keep, queue_item
+
+
+@pytest.mark.parametrize("run", [True, False])
+def test_a_tensors_buffer_read_by_reference_breaks_a_runs_capture_and_pins_a_traces(client, baseline, run):
+    """A run's blocks read tensors through its inputs alone: a tensor's buffer met as a
+    constant (an interrupt's recovery can reshuffle the queues so) leaves the run's tape
+    broken, with nothing pinned; a jit trace's pins it, until the tape is collected."""
+    from fusion_server import capture as cap
+
+    x = clients.asarray(rand(16, seed=5)) * 3.0
+    x.numpy()
+    tid = x._id
+
+    def hold(server):
+        tape = cap.Tape("t", [], server.generation, server.lease)
+        tape.run = run
+        entries = server.handles.entries
+        return tape, tape.hold(entries[tid].storage.buffer, entries), entries[tid].storage
+
+    tape, held, storage = client.call(hold)
+    if run:
+        assert held is None and "not one of the run's inputs" in tape.broken
+        assert storage.pins == 0 and not client.server.leases
+    else:
+        assert held is storage and not tape.broken
+        assert storage.pins == 1 and len(client.server.leases) == 1
+    del tape, x
+    settle()
+    assert storage.pins == 0 and not client.server.leases
+    assert clients.stats()["buffers_live"] == baseline
