@@ -92,6 +92,18 @@ def _lock_is_free(client) -> bool:
     return free
 
 
+def _leak_report(client) -> str:
+    """What holds buffers beyond the baseline: for the message of a failed check."""
+    server = client.server
+    entries = server.handles.entries
+    owned = {id(e.storage.buffer) for e in entries.values() if e.storage.buffer is not None}
+    live = server.runtime.pool._live
+    pinned = [(st.pins, st.refs, st.status) for st in server.pinned]
+    return (f"{len(live)} buffers live, {sum(1 for k in live if k not in owned)} without an entry; "
+            f"{len(entries)} entries; pinned storages (pins, refs, status): {pinned}; "
+            f"{len(server.leases)} leases, {len(server.unpin_inbox)} queued; {len(server.tapes)} tapes")
+
+
 def _workload(x, a, rng):
     """Chains, reductions, views and reads of a random shape: what an interrupt may cut."""
     kind = rng.randrange(4)
@@ -170,7 +182,7 @@ def test_interrupt_fuzzer_keeps_values_right_the_lock_free_and_buffers_at_baseli
     np.testing.assert_allclose((x + 1.0).numpy(), a + 1, rtol=1e-6)
     settle()
     settle()
-    assert clients.stats()["buffers_live"] == base
+    assert clients.stats()["buffers_live"] == base, _leak_report(client)
     assert clients.stats()["pending_ops"] == 0
 
 
@@ -241,7 +253,7 @@ def test_system_exit_from_launches_at_random_keeps_the_server_consistent(client)
     y = z = None
     settle()
     assert _lock_is_free(client)
-    assert clients.stats()["buffers_live"] == base
+    assert clients.stats()["buffers_live"] == base, _leak_report(client)
 
 
 def _long_kernel():
