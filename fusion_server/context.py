@@ -131,7 +131,7 @@ class BlockContext:
         self.in_flight: Plan | None = None  # the block being run, until its stream has dropped its ops
         self.single_plan = single_plan  # the plan of an op that runs alone
         self._drain_drops = drain_drops
-        self.pinned: set[Storage] = set()  # storages with pins (leases: see FusionServer.lease)
+        self.pinned: set[Storage] = set()  # storages with pins (each pin a lease on its holder)
         # Captures in progress (clients.jit's traces) follow every buffer the pool hands
         # out; `tape` is the one whose stream's block runs now, if that stream captures.
         self.tapes: list = []
