@@ -119,15 +119,43 @@ def _workload(x, a, rng):
     return y.numpy()
 
 
+@clients.jit
+def _jitted_step(y, scale):
+    return clients.tanh(y * scale + 0.5) - y * 0.5
+
+
+def _holders_workload(x, a, rng):
+    """`_workload`, or chains whose values something outside the entries holds for a
+    while (a jitted call's capture, a resolved array, a host map): what pins buffers."""
+    kind = rng.randrange(7)
+    if kind < 4:
+        return _workload(x, a, rng)
+    host_maps = kind == 6 and x._client.server.info.kind == "CPU"
+    y = x
+    for k in range(rng.randrange(2, 10)):
+        y = _jitted_step(y, 1.01) if kind == 4 else clients.tanh(y * 1.01 + 0.5) - y * 0.5
+        if k % 3 == 1 and kind == 5:
+            held = clients.resolve(y)
+            del held
+        elif k % 3 == 1 and host_maps:
+            held = np.from_dlpack(y, copy=False)
+            del held
+    return y.numpy()
+
+
+WORKLOADS = {"chains": _workload, "holders": _holders_workload}
 SEEDS = [int(s) for s in os.environ.get("INTERRUPT_SEEDS", "1,2").split(",")]  # more for long runs
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("seed", SEEDS)
-def test_interrupt_fuzzer_keeps_values_right_the_lock_free_and_buffers_at_baseline(client, seed):
+@pytest.mark.parametrize("flavour", list(WORKLOADS))
+def test_interrupt_fuzzer_keeps_values_right_the_lock_free_and_buffers_at_baseline(client, seed, flavour):
     """KeyboardInterrupt from a signal handler, thousands of times, at random points of
-    recording, launching, reading and dropping, while two other threads do the same
-    work (signal handlers run on the main thread only); afterwards every value is right."""
+    recording, launching, reading and dropping (and, in the holders flavour, of jitted
+    calls, resolved arrays and host maps), while two other threads do the same work
+    (signal handlers run on the main thread only); afterwards every value is right."""
+    workload = WORKLOADS[flavour]
     a = rand((64, 64), seed=seed)
     x = clients.asarray(a)
     settle()
@@ -145,7 +173,7 @@ def test_interrupt_fuzzer_keeps_values_right_the_lock_free_and_buffers_at_baseli
                 got = (xk * want + 1.0).numpy()
                 if not np.allclose(got, a * np.float32(want) + 1, rtol=1e-5, atol=1e-6):
                     failures.append(f"worker {k}: wrong values")
-                _workload(xk, a, rng)
+                workload(xk, a, rng)
             except Exception as exc:  # noqa: BLE001 (interrupts land on the main thread only)
                 failures.append(f"worker {k}: {exc!r}"[:600])
                 return
@@ -163,7 +191,7 @@ def test_interrupt_fuzzer_keeps_values_right_the_lock_free_and_buffers_at_baseli
         for i in range(1500):
             try:
                 alarm.arm(0.003)
-                _workload(x, a, rng)
+                workload(x, a, rng)
                 alarm.disarm()
             except KeyboardInterrupt:
                 interrupted += 1
