@@ -43,8 +43,9 @@ class Storage:
 
 
 class PinLease(weakref.ref):
-    """A pin on `storage` that ends when its referent (a read's `finish`) is collected,
-    however the reader's frame ends: the callback, a deque's `append` (C code), queues
+    """A pin on `storage` that ends when its referent, the holder (a read's `finish`, a
+    resolved array, a host map's span, a trace's tape, a capture's keeper), is collected,
+    however the holder's frame ends: the callback, a deque's `append` (C code), queues
     the lease for the next locked section to unpin, as a dropped handle's ref queues its
     id (clients/tensor.DropRef). `pinned` is set in the same line as the pin itself."""
 

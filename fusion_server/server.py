@@ -200,7 +200,7 @@ class FusionServer:
         self.ended_streams: deque[int] = deque()  # filled by _ThreadEndMark, without the lock
         self.running_ahead: dict[int, ReduceOp] = {}  # reductions run ahead of their stream's queue
         self.reductions: dict[tuple, int] = {}  # a reduction's signature -> the id of its latest result
-        self.pinned: set[Storage] = self.ctx.pinned  # storages whose buffers resolved arrays and captures hold
+        self.pinned: set[Storage] = self.ctx.pinned  # storages with pins (each a lease: see `lease`)
         self.unpin_inbox: deque[PinLease] = deque()  # leases whose holders were collected, pushed without the lock
         self.leases: dict[int, PinLease] = {}  # every pin, until it ends (see `lease`)
         # Ids whose handles died before their op reached the server (see drain_drops).
