@@ -141,7 +141,7 @@ def sync(device: Any = None) -> None:
 
 
 def flush(device: Any = None) -> None:
-    """Launch this thread's queued work without waiting for it."""
+    """Launch this thread's queued work and submit it to the device, without waiting for it."""
     _client(device).flush()
 
 

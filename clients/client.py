@@ -604,9 +604,9 @@ class FusionClient:
         waits.wait(event, self.spin_seconds)
 
     def flush(self) -> None:
-        """Launch this thread's queued work without waiting for it."""
+        """Launch this thread's queued work and submit it to the device, without waiting for it."""
         me = _get_ident()
-        self.call(lambda server: server.flush_stream(me, "flush"), flushing=ALL)
+        self.call(lambda server: server.launch_stream(me), flushing=ALL)
 
     def stats(self) -> dict:
         def counted(server: FusionServer) -> dict:

@@ -671,6 +671,13 @@ class FusionServer:
             if drop and not s.queue:
                 del self.streams[stream_id]
 
+    def launch_stream(self, stream_id: int) -> None:
+        """`clients.flush()`: run the stream's queue and submit what the device has queued
+        (a driver may hold commands until a flush or a wait: NVIDIA's and both CPU drivers
+        do), so that it works while the caller goes on."""
+        self.flush_stream(stream_id, "flush")
+        self.runtime.queue.flush()
+
     def flush_all(self, why: str = "flush") -> None:
         for sid in list(self.streams):
             self.flush_stream(sid, why)

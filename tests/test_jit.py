@@ -70,6 +70,35 @@ def test_one_lock_one_launch_per_block_and_explain_names_the_replay():
     np.testing.assert_allclose(out.numpy(), ref.astype(np.float64).sum(-1) * 2, rtol=1e-5)
 
 
+def _submits(monkeypatch) -> list:
+    """Counts of the server queue's flushes (a driver may hold commands until one)."""
+    queue, flush, seen = clients.client_for().server.runtime.queue, cl.CommandQueue.flush, []
+
+    def counted(self):
+        if self is queue:
+            seen.append(1)
+        return flush(self)
+
+    monkeypatch.setattr(cl.CommandQueue, "flush", counted)
+    return seen
+
+
+def test_a_replay_and_clients_flush_submit_their_kernels(monkeypatch):
+    f = clients.jit(lambda x: clients.exp(x) * 2.0)
+    x = clients.asarray(rand(256))
+    f(x)
+    clients.sync()
+    submits = _submits(monkeypatch)
+    out = f(x)  # a replay: submitted before the call returns, not with the read that follows
+    assert len(submits) == 1
+    y = clients.tanh(x) + 1.0
+    clients.flush()
+    assert len(submits) == 2
+    monkeypatch.undo()
+    np.testing.assert_allclose(out.numpy(), np.exp(rand(256)) * 2, rtol=1e-5)
+    np.testing.assert_allclose(y.numpy(), np.tanh(rand(256)) + 1, rtol=1e-5)
+
+
 @pytest.mark.parametrize("change, retraces", [
     ("same", False), ("new values", False), ("new scalar", False), ("new shape", True), ("new dtype", True),
     ("transposed view", True), ("float for int scalar", True), ("wide int scalar", True), ("new static", True),
