@@ -410,8 +410,8 @@ def replay(ctx, capture: Capture, ins: list[Entry], in_storages: list[Storage], 
     else:
         ctx.counters["kernels_launched"] += capture.launches
         ctx.mark_ready(written)
-        # Submitted now, not with the next command that flushes (a read, in the next
-        # locked section): the device runs them while the caller gets to that read.
+        # Submitted now, not with the next command that flushes: a jitted call's read
+        # comes in the next locked section, and the device runs them meanwhile.
         queue.flush()
     finally:  # (the in-order queue runs this call's kernels before any later user of these)
         for j in capture.scratch:
