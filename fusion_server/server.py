@@ -1125,7 +1125,6 @@ class FusionServer:
             if e.storage.status == PENDING:
                 self.flush_stream(e.storage.stream, why)
 
-
     def sync(self, stream_id: int) -> cl.Event:
         """Run this stream's queue; an event that completes after all enqueued work."""
         self.flush_stream(stream_id, "sync")
