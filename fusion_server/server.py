@@ -227,6 +227,7 @@ class FusionServer:
             "uploads": 0,
             "reads": 0,
             "reads_in_place": 0,  # reads taken from the host's view of the buffer (runtime.host_span)
+            "reads_staged": 0,  # reads copied into pinned memory (runtime.staging, accelerators)
             "failed_blocks": 0,
             "jit_traces": 0,
             "jit_replays": 0,
@@ -710,11 +711,23 @@ class FusionServer:
         span = self.runtime.host_span(entry.storage.buffer, (hi - lo) * dtype.itemsize)
         if span is not None:
             return self._read_in_place(entry, span[lo * dtype.itemsize:hi * dtype.itemsize].view(dtype), lo)
-        host = np.empty(hi - lo, dtype)
+        staging = self.runtime.staging
+        staged = staging.host_for((hi - lo) * dtype.itemsize, dtype) if staging is not None else None
+        if staged is None:
+            host = np.empty(hi - lo, dtype)
+            event = self.runtime.download(host, entry.storage.buffer, lo * dtype.itemsize)
+            if entry.contiguous:  # (the host array, reshaped, is the result)
+                return event, lambda: host.reshape(shape)
+            return event, lambda: laid_out(entry, host, lo).copy()
+        host, slot = staged  # pinned memory, the read's while `finish` lives: copied out
         event = self.runtime.download(host, entry.storage.buffer, lo * dtype.itemsize)
-        if entry.contiguous:  # (the host array, reshaped, is the result)
-            return event, lambda: host.reshape(shape)
-        return event, lambda: laid_out(entry, host, lo).copy()
+        self.counters["reads_staged"] += 1
+
+        def finish() -> np.ndarray:
+            return host.reshape(shape).copy() if entry.contiguous else laid_out(entry, host, lo).copy()
+
+        staging.lend(slot, finish)
+        return event, finish
 
     def _read_in_place(self, entry: Entry, span: np.ndarray, lo: int) -> tuple[cl.Event, Callable]:
         """`read` for a buffer whose memory the host sees (runtime.host_span): an event

@@ -15,6 +15,7 @@ import pyopencl as cl
 from .device import DeviceInfo
 from .pool import SHARED_MEMORY, BufferPool
 from .programs import ProgramCache
+from .staging import StagingSlots, staged_reads_wanted
 from .waits import wait
 
 _live: weakref.WeakSet[DeviceRuntime] = weakref.WeakSet()
@@ -93,6 +94,8 @@ class DeviceRuntime:
         # FUSION_POOL=exact: exact-size buffers, never reused (for memory checkers).
         exact = os.environ.get("FUSION_POOL", "").strip().lower() == "exact"
         self.host_reads = not exact and host_reads_possible(info)
+        # Small reads on accelerators copy into pinned memory (see staging.py).
+        self.staging = StagingSlots(self.context, self.queue) if not exact and staged_reads_wanted(info) else None
         self.pool = BufferPool(self.context, max(info.global_mem_bytes // 4, 1 << 20), exact,
                                self.queue if self.host_reads else None)
         # The first reads in place are checked against a read command (see host_span).
