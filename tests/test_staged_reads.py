@@ -131,3 +131,14 @@ def test_who_stages_reads(monkeypatch, client):
     assert st.staged_reads_wanted(info) == (not info.is_simulator)
     monkeypatch.delenv("FUSION_STAGED_READS")
     assert st.staged_reads_wanted(info) == (info.kind != "CPU" and not info.is_simulator)
+
+
+def test_a_read_takes_pageable_memory_where_no_pinned_memory_can_be_had(slots, monkeypatch):
+    def refuse(size):
+        raise st.cl.Error("clCreateBuffer failed: MEM_OBJECT_ALLOCATION_FAILURE")
+
+    monkeypatch.setattr(slots, "_make", refuse)
+    before = _staged()
+    x = clients.asarray(rand(300, seed=9)) * 2.0
+    np.testing.assert_array_equal(x.numpy(), rand(300, seed=9) * np.float32(2.0))
+    assert _staged() == before and slots.nbytes() == 0

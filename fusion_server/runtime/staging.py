@@ -78,7 +78,10 @@ class StagingSlots:
         if slot is None:
             if len(slots) >= SLOTS_PER_SIZE:
                 return None
-            slot = self._make(size)
+            try:
+                slot = self._make(size)
+            except cl.Error:  # (no pinned memory to be had: the read takes pageable memory)
+                return None
             slots.append(slot)
         return slot.array[:nbytes].view(dtype), slot
 
