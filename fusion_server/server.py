@@ -714,15 +714,15 @@ class FusionServer:
             return self._read_in_place(entry, span[lo * dtype.itemsize:hi * dtype.itemsize].view(dtype), lo)
         staging = self.runtime.staging
         staged = staging.host_for((hi - lo) * dtype.itemsize, dtype) if staging is not None else None
+        host = np.empty(hi - lo, dtype) if staged is None else staged[0]
+        event = self.runtime.download(host, entry.storage.buffer, lo * dtype.itemsize)
         if staged is None:
-            host = np.empty(hi - lo, dtype)
-            event = self.runtime.download(host, entry.storage.buffer, lo * dtype.itemsize)
             if entry.contiguous:  # (the host array, reshaped, is the result)
                 return event, lambda: host.reshape(shape)
             return event, lambda: laid_out(entry, host, lo).copy()
-        host, slot = staged  # pinned memory, the read's while `finish` lives: copied out
-        event = self.runtime.download(host, entry.storage.buffer, lo * dtype.itemsize)
+        # Pinned memory (runtime.staging), the read's while `finish` lives: copied out.
         self.counters["reads_staged"] += 1
+        slot = staged[1]
 
         def finish() -> np.ndarray:
             return host.reshape(shape).copy() if entry.contiguous else laid_out(entry, host, lo).copy()
