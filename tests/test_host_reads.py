@@ -15,6 +15,7 @@ import pytest
 import clients
 from fusion_server.runtime import runtime as rt
 from fusion_server.runtime import waits
+from tests._reads import READ_DTYPES, assert_read_of_dtype, assert_reads_of_views
 from tests.conftest import rand, settle
 
 
@@ -30,30 +31,14 @@ def _in_place() -> int:
     return clients.stats()["reads_in_place"]
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64", "int8", "int64", "uint16", "bool", "complex64"])
+@pytest.mark.parametrize("dtype", READ_DTYPES)
 def test_reads_in_place_give_numpy_values_for_every_dtype(runtime, client, dtype):
-    if dtype == "float64" and not client.fp64:
-        pytest.skip("no fp64 on this device")
-    a = (rand((33, 17), seed=3) * 100).astype(dtype)
-    before = _in_place()
-    got = clients.flip(clients.asarray(a), axis=0).numpy()  # (values a kernel wrote)
-    assert _in_place() == before + 1
-    assert got.dtype == a.dtype
-    np.testing.assert_array_equal(got, np.flip(a, 0))
+    assert_read_of_dtype(client, dtype, "reads_in_place")
 
 
 def test_views_read_in_place_are_laid_out_as_numpy_does(runtime):
-    a = rand((40, 30), seed=4)
-    x = clients.asarray(a) * 2.0
-    want = a * np.float32(2.0)
-    before = _in_place()
-    for view, expected in ((x.T, want.T), (x[3:17:2, 5:], want[3:17:2, 5:]), (x[::-1, 7], want[::-1, 7]),
-                           (x[11], want[11])):
-        got = view.numpy()
-        assert got.shape == expected.shape
-        assert got.flags.c_contiguous  # (a copy of its own, as numpy returns)
-        np.testing.assert_array_equal(got, expected)
-    assert _in_place() == before + 4
+    assert_reads_of_views((lambda v: v.T, lambda v: v[3:17:2, 5:], lambda v: v[::-1, 7], lambda v: v[11]),
+                          "reads_in_place")
 
 
 def test_a_read_is_a_copy_that_later_work_does_not_change(runtime):

@@ -13,6 +13,7 @@ import pytest
 
 import clients
 from fusion_server.runtime import staging as st
+from tests._reads import READ_DTYPES, assert_read_of_dtype, assert_reads_of_views
 from tests.conftest import rand, settle
 
 
@@ -29,28 +30,14 @@ def _staged() -> int:
     return clients.stats()["reads_staged"]
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64", "int8", "int64", "uint16", "bool", "complex64"])
+@pytest.mark.parametrize("dtype", READ_DTYPES)
 def test_staged_reads_give_numpy_values_for_every_dtype(slots, client, dtype):
-    if dtype == "float64" and not client.fp64:
-        pytest.skip("no fp64 on this device")
-    a = (rand((33, 17), seed=3) * 100).astype(dtype)
-    before = _staged()
-    got = clients.flip(clients.asarray(a), axis=0).numpy()  # (values a kernel wrote)
-    assert _staged() == before + 1
-    assert got.dtype == a.dtype
-    np.testing.assert_array_equal(got, np.flip(a, 0))
+    assert_read_of_dtype(client, dtype, "reads_staged")
 
 
 def test_staged_views_are_laid_out_as_numpy_does(slots):
-    a = rand((40, 30), seed=4)
-    x = clients.asarray(a) * 2.0
-    want = a * np.float32(2.0)
-    before = _staged()
-    for view, expected in ((x, want), (x.T, want.T), (x[3:17:2, 5:], want[3:17:2, 5:]), (x[::-1, 7], want[::-1, 7])):
-        got = view.numpy()
-        assert got.shape == expected.shape and got.flags.c_contiguous and got.flags.owndata
-        np.testing.assert_array_equal(got, expected)
-    assert _staged() == before + 4
+    assert_reads_of_views((lambda v: v, lambda v: v.T, lambda v: v[3:17:2, 5:], lambda v: v[::-1, 7]),
+                          "reads_staged")
 
 
 def test_a_staged_read_is_a_copy_that_the_next_read_into_its_slot_does_not_change(slots):
