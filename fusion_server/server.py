@@ -675,8 +675,7 @@ class FusionServer:
     def launch_stream(self, stream_id: int) -> None:
         """`clients.flush()`: run the stream's queue and submit what the device has queued
         (a driver may hold commands until a flush or a wait: NVIDIA's starts them 5 to 16
-        us late on an H100, 3 flushed), so that it
-        works while the caller goes on."""
+        us late on an H100, 3 flushed), so that it works while the caller goes on."""
         self.flush_stream(stream_id, "flush")
         self.runtime.queue.flush()
 
@@ -709,11 +708,12 @@ class FusionServer:
         lo, hi = span_of(shape, entry.strides, entry.offset)
         if hi == lo:
             return None, lambda: np.empty(shape, dtype)
-        span = self.runtime.host_span(entry.storage.buffer, (hi - lo) * dtype.itemsize)
+        nbytes = (hi - lo) * dtype.itemsize
+        span = self.runtime.host_span(entry.storage.buffer, nbytes)
         if span is not None:
             return self._read_in_place(entry, span[lo * dtype.itemsize:hi * dtype.itemsize].view(dtype), lo)
         staging = self.runtime.staging
-        staged = staging.host_for((hi - lo) * dtype.itemsize, dtype) if staging is not None else None
+        staged = staging.host_for(nbytes, dtype) if staging is not None else None
         host = np.empty(hi - lo, dtype) if staged is None else staged[0]
         event = self.runtime.download(host, entry.storage.buffer, lo * dtype.itemsize)
         if staged is None:
